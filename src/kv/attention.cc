@@ -1,0 +1,211 @@
+#include "kv/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "ops/vec.h"
+
+namespace kvpack {
+namespace {
+
+constexpr int64_t kTile = 128;          // cached tokens scored per Scores/Accumulate call
+constexpr int64_t kRowBlock = 16;       // query rows per work item
+constexpr int64_t kMinSegment = 512;    // shortest token segment worth its own work item
+
+// Online-softmax state of n_q query vectors.
+struct SoftmaxState {
+  std::vector<float> m;    // running max, [n_q]
+  std::vector<float> l;    // running sum of exp, [n_q]
+  std::vector<float> acc;  // unnormalised output, [n_q, head_dim]
+  void Reset(int n_q, int head_dim) {
+    m.assign(n_q, -std::numeric_limits<float>::infinity());
+    l.assign(n_q, 0.0f);
+    acc.assign(static_cast<size_t>(n_q) * head_dim, 0.0f);
+  }
+};
+
+// Folds a tile of raw scores s [n_q, n] into the state: rescales, turns s into
+// probabilities relative to the new max in place. Masked entries are -inf.
+void FoldTile(SoftmaxState& st, float* s, int n_q, int64_t n, int head_dim) {
+  for (int i = 0; i < n_q; ++i) {
+    float* row = s + i * n;
+    float mx = st.m[i];
+    for (int64_t t = 0; t < n; ++t) mx = std::max(mx, row[t]);
+    if (mx == -std::numeric_limits<float>::infinity()) {
+      std::fill(row, row + n, 0.0f);
+      continue;
+    }
+    const float corr = std::exp(st.m[i] - mx);  // exp(-inf) = 0 on the first tile
+    float sum = 0.0f;
+    for (int64_t t = 0; t < n; ++t) {
+      row[t] = std::exp(row[t] - mx);
+      sum += row[t];
+    }
+    st.l[i] = st.l[i] * corr + sum;
+    st.m[i] = mx;
+    if (corr != 1.0f) {
+      float* a = &st.acc[static_cast<size_t>(i) * head_dim];
+      for (int c = 0; c < head_dim; ++c) a[c] *= corr;
+    }
+  }
+}
+
+struct WorkItem {
+  int kv_head;
+  int64_t row0, row1;   // query rows of the chunk
+  int64_t t0, t1;       // cached token segment
+  bool fresh;           // also attends to the chunk's own K/V
+};
+
+}  // namespace
+
+void Attend(const KvCache& cache, int layer, const AttentionChunk& chunk, float* out,
+            ThreadPool* pool) {
+  const int n_kv = cache.shape().n_kv_heads;
+  const int d = cache.shape().head_dim;
+  const int n_rep = chunk.n_heads / n_kv;
+  const ComponentStore& keys = cache.keys(layer);
+  const ComponentStore& values = cache.values(layer);
+
+  // Plan work items: split rows into blocks; when there are few items, split long caches
+  // into segments (flash-decoding) and merge their softmax states afterwards.
+  const int64_t n_row_blocks = (chunk.n_rows + kRowBlock - 1) / kRowBlock;
+  std::vector<WorkItem> items;
+  std::vector<int> n_segments(n_kv);
+  for (int g = 0; g < n_kv; ++g) {
+    const int64_t n_cached = cache.n_tokens(layer, g);
+    const int64_t want = (2 * pool->n_threads() + n_kv * n_row_blocks - 1) / (n_kv * n_row_blocks);
+    int64_t segs = std::clamp<int64_t>(std::min(want, n_cached / kMinSegment), 1, 64);
+    n_segments[g] = static_cast<int>(segs);
+    for (int64_t rb = 0; rb < n_row_blocks; ++rb) {
+      const int64_t r0 = rb * kRowBlock, r1 = std::min(chunk.n_rows, r0 + kRowBlock);
+      for (int64_t s = 0; s < segs; ++s) {
+        const int64_t t0 = n_cached * s / segs, t1 = n_cached * (s + 1) / segs;
+        items.push_back({g, r0, r1, t0, t1, s == segs - 1});
+      }
+    }
+  }
+  std::vector<SoftmaxState> states(items.size());
+
+  pool->ParallelFor(static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end, int) {
+    std::vector<float> qbuf, sbuf;
+    for (int64_t w = begin; w < end; ++w) {
+      const WorkItem& it = items[w];
+      const int64_t n_rows = it.row1 - it.row0;
+      const int n_q = static_cast<int>(n_rows) * n_rep;
+      // Gather the group's queries, pre-scaled: qbuf[(r * n_rep + j), :] = q[r, g*n_rep+j, :].
+      qbuf.resize(static_cast<size_t>(n_q) * d);
+      for (int64_t r = 0; r < n_rows; ++r) {
+        for (int j = 0; j < n_rep; ++j) {
+          const float* src = chunk.q + ((it.row0 + r) * chunk.n_heads + it.kv_head * n_rep + j) * d;
+          float* dst = &qbuf[(r * n_rep + j) * d];
+          for (int c = 0; c < d; ++c) dst[c] = src[c] * chunk.scale;
+        }
+      }
+      SoftmaxState& st = states[w];
+      st.Reset(n_q, d);
+      for (int64_t t0 = it.t0; t0 < it.t1; t0 += kTile) {
+        const int64_t t1 = std::min(it.t1, t0 + kTile), n = t1 - t0;
+        sbuf.resize(static_cast<size_t>(n_q) * n);
+        keys.Scores(it.kv_head, qbuf.data(), n_q, t0, t1, sbuf.data());
+        FoldTile(st, sbuf.data(), n_q, n, d);
+        values.Accumulate(it.kv_head, sbuf.data(), n_q, t0, t1, st.acc.data());
+      }
+      if (!it.fresh) continue;
+      // The chunk's own tokens 0..row1-1, full precision, causal mask.
+      const int64_t n = it.row1;
+      sbuf.resize(static_cast<size_t>(n_q) * n);
+      for (int64_t r = 0; r < n_rows; ++r) {
+        for (int j = 0; j < n_rep; ++j) {
+          const int qi = static_cast<int>(r * n_rep + j);
+          float* srow = &sbuf[qi * n];
+          for (int64_t t = 0; t < n; ++t) {
+            srow[t] = t <= it.row0 + r
+                          ? DotF32(&qbuf[qi * d], chunk.k + (t * n_kv + it.kv_head) * d, d)
+                          : -std::numeric_limits<float>::infinity();
+          }
+        }
+      }
+      FoldTile(st, sbuf.data(), n_q, n, d);
+      for (int qi = 0; qi < n_q; ++qi) {
+        const int64_t r = qi / n_rep;
+        for (int64_t t = 0; t <= it.row0 + r; ++t) {
+          AxpyF32(sbuf[qi * n + t], chunk.v + (t * n_kv + it.kv_head) * d, &st.acc[qi * d], d);
+        }
+      }
+    }
+  });
+
+  // Merge segments in order and normalise into out[row, head, :].
+  size_t w = 0;
+  for (int g = 0; g < n_kv; ++g) {
+    for (int64_t rb = 0; rb < n_row_blocks; ++rb) {
+      const int64_t r0 = rb * kRowBlock, r1 = std::min(chunk.n_rows, r0 + kRowBlock);
+      const int n_q = static_cast<int>(r1 - r0) * n_rep;
+      SoftmaxState& total = states[w];
+      for (int s = 1; s < n_segments[g]; ++s) {
+        const SoftmaxState& part = states[w + s];
+        for (int qi = 0; qi < n_q; ++qi) {
+          const float mx = std::max(total.m[qi], part.m[qi]);
+          if (mx == -std::numeric_limits<float>::infinity()) continue;
+          const float a = std::exp(total.m[qi] - mx), b = std::exp(part.m[qi] - mx);
+          total.l[qi] = total.l[qi] * a + part.l[qi] * b;
+          total.m[qi] = mx;
+          for (int c = 0; c < d; ++c) {
+            total.acc[qi * d + c] = total.acc[qi * d + c] * a + part.acc[qi * d + c] * b;
+          }
+        }
+      }
+      for (int qi = 0; qi < n_q; ++qi) {
+        const int64_t r = r0 + qi / n_rep;
+        const int h = g * n_rep + qi % n_rep;
+        const float inv = total.l[qi] > 0.0f ? 1.0f / total.l[qi] : 0.0f;
+        float* o = out + (r * chunk.n_heads + h) * d;
+        for (int c = 0; c < d; ++c) o[c] = total.acc[qi * d + c] * inv;
+      }
+      w += n_segments[g];
+    }
+  }
+}
+
+void AttendRef(const KvCache& cache, int layer, const AttentionChunk& chunk, float* out) {
+  const int n_kv = cache.shape().n_kv_heads;
+  const int d = cache.shape().head_dim;
+  const int n_rep = chunk.n_heads / n_kv;
+  for (int g = 0; g < n_kv; ++g) {
+    const int64_t n_cached = cache.n_tokens(layer, g);
+    std::vector<float> kc(n_cached * d), vc(n_cached * d);
+    cache.keys(layer).Decode(g, 0, n_cached, kc.data());
+    cache.values(layer).Decode(g, 0, n_cached, vc.data());
+    for (int64_t r = 0; r < chunk.n_rows; ++r) {
+      for (int j = 0; j < n_rep; ++j) {
+        const int h = g * n_rep + j;
+        const float* q = chunk.q + (r * chunk.n_heads + h) * d;
+        const int64_t n = n_cached + r + 1;
+        std::vector<double> s(n);
+        for (int64_t t = 0; t < n; ++t) {
+          const float* k = t < n_cached ? &kc[t * d] : chunk.k + ((t - n_cached) * n_kv + g) * d;
+          double dot = 0.0;
+          for (int c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * k[c];
+          s[t] = dot * chunk.scale;
+        }
+        const double mx = *std::max_element(s.begin(), s.end());
+        double sum = 0.0;
+        for (double& x : s) sum += (x = std::exp(x - mx));
+        float* o = out + (r * chunk.n_heads + h) * d;
+        for (int c = 0; c < d; ++c) {
+          double acc = 0.0;
+          for (int64_t t = 0; t < n; ++t) {
+            const float* v = t < n_cached ? &vc[t * d] : chunk.v + ((t - n_cached) * n_kv + g) * d;
+            acc += s[t] * v[c];
+          }
+          o[c] = static_cast<float>(acc / sum);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace kvpack

@@ -1,0 +1,46 @@
+#include "kv/codec_registry.h"
+
+#include "kv/codecs/plain_codec.h"
+
+namespace kvpack {
+namespace {
+
+CodecInfo Plain(const char* name, const char* summary, PlainFormat format) {
+  return {name, summary, {},
+          [format](const MethodSpec& spec, const StoreShape& shape)
+              -> Result<std::unique_ptr<ComponentStore>> {
+            KVPACK_RETURN_IF_ERROR(CheckParamNames(spec, {}));
+            return MakePlainStore(format, shape);
+          }};
+}
+
+std::vector<CodecInfo> BuildRegistry() {
+  std::vector<CodecInfo> codecs;
+  codecs.push_back(Plain("f32", "full precision, 32-bit floats (reference)", PlainFormat::kF32));
+  codecs.push_back(Plain("f16", "IEEE half precision", PlainFormat::kF16));
+  codecs.push_back(Plain("bf16", "bfloat16", PlainFormat::kBF16));
+  return codecs;
+}
+
+}  // namespace
+
+const std::vector<CodecInfo>& RegisteredCodecs() {
+  static const std::vector<CodecInfo> codecs = BuildRegistry();
+  return codecs;
+}
+
+Result<std::unique_ptr<ComponentStore>> CreateStore(const MethodSpec& spec,
+                                                    const StoreShape& shape) {
+  std::string names;
+  for (const CodecInfo& info : RegisteredCodecs()) {
+    if (info.name == spec.name) {
+      Result<std::unique_ptr<ComponentStore>> store = info.create(spec, shape);
+      if (!store.ok()) return store.status();
+      return store;
+    }
+    names += (names.empty() ? "" : ", ") + info.name;
+  }
+  return InvalidArgument("unknown KV codec '" + spec.name + "'; valid codecs: " + names);
+}
+
+}  // namespace kvpack

@@ -1,0 +1,157 @@
+#include "kv/codecs/plain_codec.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "core/check.h"
+#include "core/half.h"
+#include "ops/vec.h"
+
+namespace kvpack {
+namespace {
+
+// Element traits: storage type, conversion, and the fused kernels for one row.
+struct F32Traits {
+  using T = float;
+  static constexpr const char* kName = "f32";
+  static T Encode(float x) { return x; }
+  static float DecodeOne(T x) { return x; }
+  static float Dot(const T* row, const float* q, size_t n) { return DotF32(row, q, n); }
+  static void Axpy(float p, const T* row, float* out, size_t n) { AxpyF32(p, row, out, n); }
+};
+
+struct F16Traits {
+  using T = uint16_t;
+  static constexpr const char* kName = "f16";
+  static T Encode(float x) { return Fp32ToFp16(x); }
+  static float DecodeOne(T x) { return Fp16ToFp32(x); }
+  static float Dot(const T* row, const float* q, size_t n) { return DotF16F32(row, q, n); }
+  static void Axpy(float p, const T* row, float* out, size_t n) { AxpyF16(p, row, out, n); }
+};
+
+struct BF16Traits {
+  using T = uint16_t;
+  static constexpr const char* kName = "bf16";
+  static T Encode(float x) { return Fp32ToBf16(x); }
+  static float DecodeOne(T x) { return Bf16ToFp32(x); }
+  static float Dot(const T* row, const float* q, size_t n) { return DotBF16F32(row, q, n); }
+  static void Axpy(float p, const T* row, float* out, size_t n) {
+    for (size_t i = 0; i < n; ++i) out[i] += p * Bf16ToFp32(row[i]);
+  }
+};
+
+template <typename Traits>
+class PlainStore final : public ComponentStore {
+  using T = typename Traits::T;
+
+ public:
+  explicit PlainStore(const StoreShape& shape) : shape_(shape), heads_(shape.n_kv_heads) {}
+
+  std::string spec() const override { return Traits::kName; }
+
+  Status Append(const float* rows, int64_t n_tokens) override {
+    const int64_t row_len = static_cast<int64_t>(shape_.n_kv_heads) * shape_.head_dim;
+    for (int64_t i = 0; i < n_tokens * row_len; ++i) {
+      if (!std::isfinite(rows[i])) {
+        return InvalidArgument("non-finite value in the " + ComponentName() + " of layer " +
+                               std::to_string(shape_.layer));
+      }
+    }
+    const size_t d = shape_.head_dim;
+    for (int h = 0; h < shape_.n_kv_heads; ++h) {
+      AlignedBuffer<T>& buf = heads_[h];
+      const size_t old = buf.size();
+      buf.Resize(old + n_tokens * d);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        const float* src = rows + t * row_len + static_cast<int64_t>(h) * d;
+        T* dst = buf.data() + old + t * d;
+        for (size_t c = 0; c < d; ++c) dst[c] = Traits::Encode(src[c]);
+      }
+    }
+    return Status::Ok();
+  }
+
+  int64_t n_tokens(int head) const override {
+    return static_cast<int64_t>(heads_[head].size()) / shape_.head_dim;
+  }
+
+  void Scores(int head, const float* q, int n_q, int64_t t0, int64_t t1,
+              float* scores) const override {
+    const size_t d = shape_.head_dim;
+    const int64_t n = t1 - t0;
+    const T* base = heads_[head].data();
+    for (int64_t t = t0; t < t1; ++t) {
+      const T* row = base + t * d;
+      for (int i = 0; i < n_q; ++i) scores[i * n + (t - t0)] = Traits::Dot(row, q + i * d, d);
+    }
+  }
+
+  void Accumulate(int head, const float* p, int n_q, int64_t t0, int64_t t1,
+                  float* out) const override {
+    const size_t d = shape_.head_dim;
+    const int64_t n = t1 - t0;
+    const T* base = heads_[head].data();
+    for (int64_t t = t0; t < t1; ++t) {
+      const T* row = base + t * d;
+      for (int i = 0; i < n_q; ++i) Traits::Axpy(p[i * n + (t - t0)], row, out + i * d, d);
+    }
+  }
+
+  void Decode(int head, int64_t t0, int64_t t1, float* out) const override {
+    const size_t d = shape_.head_dim;
+    const T* base = heads_[head].data();
+    for (int64_t i = t0 * d; i < t1 * static_cast<int64_t>(d); ++i) {
+      out[i - t0 * d] = Traits::DecodeOne(base[i]);
+    }
+  }
+
+  Status Retain(int head, std::span<const int64_t> keep) override {
+    const size_t d = shape_.head_dim;
+    AlignedBuffer<T>& buf = heads_[head];
+    const int64_t n = n_tokens(head);
+    KVPACK_RETURN_IF_ERROR(CheckRetainIndices(keep, n));
+    int64_t w = 0;
+    for (int64_t idx : keep) {
+      if (idx != w) std::copy(buf.data() + idx * d, buf.data() + (idx + 1) * d, buf.data() + w * d);
+      ++w;
+    }
+    buf.Resize(w * d);
+    buf.ShrinkToFit();
+    return Status::Ok();
+  }
+
+  MemoryUsage Memory() const override {
+    MemoryUsage m;
+    for (const auto& buf : heads_) {
+      m.code_bytes += buf.size() * sizeof(T);
+      m.reserved_bytes += (buf.capacity() - buf.size()) * sizeof(T);
+      m.n_values += static_cast<int64_t>(buf.size());
+    }
+    return m;
+  }
+
+ private:
+  std::string ComponentName() const {
+    return shape_.component == KvComponent::kKey ? "keys" : "values";
+  }
+
+  StoreShape shape_;
+  std::vector<AlignedBuffer<T>> heads_;  // per head: [n_tokens, head_dim]
+};
+
+}  // namespace
+
+std::unique_ptr<ComponentStore> MakePlainStore(PlainFormat format, const StoreShape& shape) {
+  switch (format) {
+    case PlainFormat::kF32:
+      return std::make_unique<PlainStore<F32Traits>>(shape);
+    case PlainFormat::kF16:
+      return std::make_unique<PlainStore<F16Traits>>(shape);
+    case PlainFormat::kBF16:
+      return std::make_unique<PlainStore<BF16Traits>>(shape);
+  }
+  return nullptr;
+}
+
+}  // namespace kvpack

@@ -1,0 +1,80 @@
+#include "ops/matmul.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/check.h"
+#include "ops/ggml_quants.h"
+#include "ops/vec.h"
+
+namespace kvpack {
+namespace {
+
+constexpr int64_t kRowTile = 16;  // weight rows dequantized together during prefill
+
+}  // namespace
+
+void DequantizeWeightRow(const WeightMatrix& w, int64_t row, float* out) {
+  const Status status = DequantizeRow(w.type, w.data + row * w.row_bytes, out, w.n_in);
+  KVPACK_CHECK(status.ok());  // the loader admits only supported types
+}
+
+float DotWeightRow(const WeightMatrix& w, int64_t row, const float* x, float* scratch) {
+  const uint8_t* r = w.data + row * w.row_bytes;
+  switch (w.type) {
+    case GgmlType::kF32:
+      return DotF32(reinterpret_cast<const float*>(r), x, w.n_in);
+    case GgmlType::kF16:
+      return DotF16F32(reinterpret_cast<const uint16_t*>(r), x, w.n_in);
+    case GgmlType::kBF16:
+      return DotBF16F32(reinterpret_cast<const uint16_t*>(r), x, w.n_in);
+    case GgmlType::kQ8_0:
+      return DotQ8_0F32(r, x, w.n_in);
+    default:
+      DequantizeWeightRow(w, row, scratch);
+      return DotF32(scratch, x, w.n_in);
+  }
+}
+
+void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, ThreadPool* pool) {
+  KVPACK_CHECK(pool != nullptr);
+  if (n_tok == 1) {
+    pool->ParallelFor(w.n_out, 8, [&](int64_t begin, int64_t end, int) {
+      std::vector<float> scratch(w.n_in);
+      for (int64_t o = begin; o < end; ++o) y[o] = DotWeightRow(w, o, x, scratch.data());
+    });
+    return;
+  }
+  pool->ParallelFor(w.n_out, kRowTile, [&](int64_t begin, int64_t end, int) {
+    std::vector<float> tile(kRowTile * w.n_in);  // [kRowTile, n_in]
+    for (int64_t o0 = begin; o0 < end; o0 += kRowTile) {
+      const int64_t n_rows = std::min(kRowTile, end - o0);
+      const float* rows;
+      if (w.type == GgmlType::kF32) {
+        rows = reinterpret_cast<const float*>(w.data + o0 * w.row_bytes);
+      } else {
+        for (int64_t r = 0; r < n_rows; ++r) DequantizeWeightRow(w, o0 + r, &tile[r * w.n_in]);
+        rows = tile.data();
+      }
+      for (int64_t t = 0; t < n_tok; ++t) {
+        const float* xt = x + t * w.n_in;
+        float* yt = y + t * w.n_out + o0;
+        for (int64_t r = 0; r < n_rows; ++r) yt[r] = DotF32(rows + r * w.n_in, xt, w.n_in);
+      }
+    }
+  });
+}
+
+void MatMulRef(const WeightMatrix& w, const float* x, int64_t n_tok, float* y) {
+  std::vector<float> row(w.n_in);
+  for (int64_t o = 0; o < w.n_out; ++o) {
+    DequantizeWeightRow(w, o, row.data());
+    for (int64_t t = 0; t < n_tok; ++t) {
+      double sum = 0.0;
+      for (int64_t i = 0; i < w.n_in; ++i) sum += static_cast<double>(row[i]) * x[t * w.n_in + i];
+      y[t * w.n_out + o] = static_cast<float>(sum);
+    }
+  }
+}
+
+}  // namespace kvpack

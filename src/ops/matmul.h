@@ -1,0 +1,42 @@
+// Matrix products against GGUF weight matrices of any supported ggml type.
+//
+// Design goals: one entry point for prefill (many tokens: dequantize a tile of weight rows
+// once and reuse it for every token) and decode (one token: dot products straight on the
+// packed rows, memory-bandwidth bound); parallel over output rows; deterministic for a given
+// thread count.
+#ifndef KVPACK_OPS_MATMUL_H_
+#define KVPACK_OPS_MATMUL_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/ggml_type.h"
+#include "core/thread_pool.h"
+
+namespace kvpack {
+
+// A weight matrix as GGUF stores it: n_out rows of n_in contiguous elements (ne = {n_in, n_out}).
+struct WeightMatrix {
+  GgmlType type = GgmlType::kF32;
+  const uint8_t* data = nullptr;  // [n_out, row_bytes]
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+  size_t row_bytes = 0;
+};
+
+// y[t, o] = sum_i x[t, i] * W[o, i]
+//   x: [n_tok, n_in] row-major; y: [n_tok, n_out] row-major.
+void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, ThreadPool* pool);
+
+// Scalar oracle: dequantizes each row (ggml_quants.h) and accumulates in double.
+void MatMulRef(const WeightMatrix& w, const float* x, int64_t n_tok, float* y);
+
+// One output element: dot of weight row `row` with x[n_in] (decode and tests).
+float DotWeightRow(const WeightMatrix& w, int64_t row, const float* x, float* scratch);
+
+// Row `row` of the matrix as floats (token embedding lookup). out: [n_in]
+void DequantizeWeightRow(const WeightMatrix& w, int64_t row, float* out);
+
+}  // namespace kvpack
+
+#endif  // KVPACK_OPS_MATMUL_H_

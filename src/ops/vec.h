@@ -1,0 +1,40 @@
+// Vector kernels on the hot paths (dot products, scaled accumulation, format conversion),
+// SIMD through Highway with runtime dispatch. Every kernel has a scalar twin in vec_ref.h
+// and a test comparing the two on odd sizes and misaligned pointers (tests/unit/ops_vec_test.cc).
+//
+// Design goals: a handful of kernels that the matmul, the KV codecs and the attention share;
+// pointers need no alignment; sizes need not be multiples of the vector width.
+// Non-goals: bit-exact agreement with the scalar twins (summation order differs; tests use
+// derived tolerances).
+#ifndef KVPACK_OPS_VEC_H_
+#define KVPACK_OPS_VEC_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvpack {
+
+// sum_i a[i] * b[i]
+float DotF32(const float* a, const float* b, size_t n);
+// a: fp16 bits
+float DotF16F32(const uint16_t* a, const float* b, size_t n);
+// a: bf16 bits
+float DotBF16F32(const uint16_t* a, const float* b, size_t n);
+// a: n / 32 ggml block_q8_0 (fp16 d + 32 int8); n % 32 == 0
+float DotQ8_0F32(const void* a, const float* b, size_t n);
+
+// y[i] += s * x[i]
+void AxpyF32(float s, const float* x, float* y, size_t n);
+// x: fp16 bits
+void AxpyF16(float s, const uint16_t* x, float* y, size_t n);
+
+// Conversions: dst[i] = src[i]
+void ConvertF32ToF16(const float* src, uint16_t* dst, size_t n);
+void ConvertF16ToF32(const uint16_t* src, float* dst, size_t n);
+
+// Name of the SIMD target chosen at run time ("AVX3", "AVX2", ...).
+const char* SimdTargetName();
+
+}  // namespace kvpack
+
+#endif  // KVPACK_OPS_VEC_H_

@@ -1,0 +1,120 @@
+// Attention through the codec seam against the double-precision two-pass oracle, and the
+// plain codecs' storage contract.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/half.h"
+#include "kv/attention.h"
+#include "kv/kv_cache.h"
+
+namespace kvpack {
+namespace {
+
+std::vector<float> RandomVector(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+struct Case {
+  const char* spec;
+  int64_t n_cached;
+  int64_t n_rows;
+  int threads;
+};
+
+class AttendTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttendTest, MatchesReference) {
+  const Case c = GetParam();
+  const int n_kv = 2, n_heads = 6, d = 16;
+  std::mt19937 rng(42);
+  Result<std::unique_ptr<KvCache>> cache = KvCache::Create({1, n_kv, d}, c.spec);
+  ASSERT_TRUE(cache.ok()) << cache.status().message();
+  // Fill the cache in a few appends of uneven size.
+  int32_t pos = 0;
+  for (int64_t left = c.n_cached; left > 0;) {
+    const int64_t n = std::min<int64_t>(left, 37 + pos % 11);
+    auto k = RandomVector(n * n_kv * d, rng), v = RandomVector(n * n_kv * d, rng);
+    std::vector<int32_t> p(n);
+    for (auto& x : p) x = pos++;
+    ASSERT_TRUE((*cache)->Append(0, k.data(), v.data(), p.data(), n).ok());
+    left -= n;
+  }
+  auto q = RandomVector(c.n_rows * n_heads * d, rng, 2.0f);
+  auto k = RandomVector(c.n_rows * n_kv * d, rng), v = RandomVector(c.n_rows * n_kv * d, rng);
+  AttentionChunk chunk{q.data(), k.data(), v.data(), c.n_rows, n_heads, 0.25f};
+  std::vector<float> out(c.n_rows * n_heads * d), ref(out.size());
+  ThreadPool pool(c.threads);
+  Attend(**cache, 0, chunk, out.data(), &pool);
+  AttendRef(**cache, 0, chunk, ref.data());
+  // The output is a convex combination of value rows (|v| <~ 5): float rounding in the
+  // softmax (relative ~n*eps) and in the dot products gives an absolute error far below 1e-4.
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 1e-4f) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttendTest,
+    ::testing::Values(Case{"f32", 0, 1, 1}, Case{"f32", 0, 40, 2}, Case{"f32", 300, 1, 1},
+                      Case{"f32", 3000, 1, 2}, Case{"f16", 3000, 3, 2}, Case{"bf16", 700, 20, 2},
+                      Case{"k=f16 v=f32", 1100, 17, 2}));
+
+TEST(PlainCodecTest, StoresExactlyAndAccountsBytes) {
+  const int n_kv = 3, d = 8;
+  std::mt19937 rng(1);
+  for (const char* spec : {"f32", "f16", "bf16"}) {
+    Result<std::unique_ptr<KvCache>> cache = KvCache::Create({2, n_kv, d}, spec);
+    ASSERT_TRUE(cache.ok());
+    auto k = RandomVector(10 * n_kv * d, rng), v = RandomVector(10 * n_kv * d, rng);
+    std::vector<int32_t> pos(10);
+    for (int i = 0; i < 10; ++i) pos[i] = i;
+    ASSERT_TRUE((*cache)->Append(1, k.data(), v.data(), pos.data(), 10).ok());
+    const size_t elem = std::string(spec) == "f32" ? 4 : 2;
+    const MemoryUsage m = (*cache)->Memory();
+    EXPECT_EQ(m.payload_bytes(), 2 * 10 * n_kv * d * elem) << spec;
+    EXPECT_DOUBLE_EQ(m.bits_per_value(), 8.0 * elem);
+    std::vector<float> dec(10 * d);
+    (*cache)->keys(1).Decode(2, 0, 10, dec.data());
+    for (int t = 0; t < 10; ++t) {
+      for (int c = 0; c < d; ++c) {
+        const float x = k[(t * n_kv + 2) * d + c];
+        const float expect = elem == 4 ? x
+                             : std::string(spec) == "f16" ? Fp16ToFp32(Fp32ToFp16(x))
+                                                           : Bf16ToFp32(Fp32ToBf16(x));
+        ASSERT_EQ(dec[t * d + c], expect);
+      }
+    }
+    // Retain keeps exactly the chosen tokens and frees the rest.
+    std::vector<int64_t> keep = {1, 4, 9};
+    ASSERT_TRUE((*cache)->Retain(1, 2, keep).ok());
+    EXPECT_EQ((*cache)->n_tokens(1, 2), 3);
+    EXPECT_EQ((*cache)->positions(1, 2), (std::vector<int32_t>{1, 4, 9}));
+    (*cache)->values(1).Decode(2, 0, 3, dec.data());
+    EXPECT_EQ(dec[2 * d], elem == 4 ? v[(9 * n_kv + 2) * d] : dec[2 * d]);
+    EXPECT_EQ((*cache)->Memory().payload_bytes(), 2 * (10 * 2 + 3) * d * elem);
+    EXPECT_FALSE((*cache)->Retain(1, 2, std::vector<int64_t>{2, 1}).ok());
+  }
+}
+
+TEST(PlainCodecTest, RejectsNonFiniteInputWithoutChangingTheCache) {
+  Result<std::unique_ptr<KvCache>> cache = KvCache::Create({1, 1, 4}, "f16");
+  ASSERT_TRUE(cache.ok());
+  std::vector<float> k = {1, 2, 3, NAN}, v = {1, 2, 3, 4};
+  int32_t pos = 0;
+  Status s = (*cache)->Append(0, k.data(), v.data(), &pos, 1);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("non-finite"), std::string::npos);
+  EXPECT_EQ((*cache)->n_tokens(0, 0), 0);
+  k[3] = 4;
+  v[0] = INFINITY;
+  EXPECT_FALSE((*cache)->Append(0, k.data(), v.data(), &pos, 1).ok());
+  EXPECT_EQ((*cache)->keys(0).n_tokens(0), 0);
+  EXPECT_EQ((*cache)->Memory().payload_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace kvpack

@@ -1,0 +1,104 @@
+// SIMD kernels against their scalar twins on odd sizes and misaligned pointers.
+// Tolerance: a float dot product of length n has |error| <= gamma_n * sum|a_i b_i| with
+// gamma_n = n*eps/(1-n*eps) (Higham, Accuracy and Stability, 3.1); both the kernel and the
+// reference carry such an error, so we allow 2 * gamma_n * sum|a_i b_i|.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/half.h"
+#include "ops/vec.h"
+#include "ops/vec_ref.h"
+
+namespace kvpack {
+namespace {
+
+constexpr float kEps = 1.1920929e-7f;
+
+float DotBound(const std::vector<float>& a, const std::vector<float>& b, size_t off, size_t n) {
+  double s = 0.0;
+  for (size_t i = 0; i < n; ++i) s += std::fabs(a[off + i] * b[off + i]);
+  const double gamma = n * kEps / (1.0 - n * kEps);
+  return static_cast<float>(2.0 * gamma * s) + 1e-30f;
+}
+
+class VecTest : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(VecTest, DotKernelsMatchReference) {
+  const size_t n = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(n));
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (size_t off : {0u, 1u, 3u}) {
+    std::vector<float> a(n + off), b(n + off);
+    for (auto& x : a) x = dist(rng);
+    for (auto& x : b) x = dist(rng);
+    EXPECT_NEAR(DotF32(a.data() + off, b.data() + off, n),
+                DotF32Ref(a.data() + off, b.data() + off, n), DotBound(a, b, off, n));
+    std::vector<uint16_t> h(n + off), bf(n + off);
+    std::vector<float> ah(n + off), abf(n + off);
+    for (size_t i = 0; i < n + off; ++i) {
+      h[i] = Fp32ToFp16(a[i]);
+      ah[i] = Fp16ToFp32(h[i]);
+      bf[i] = Fp32ToBf16(a[i]);
+      abf[i] = Bf16ToFp32(bf[i]);
+    }
+    EXPECT_NEAR(DotF16F32(h.data() + off, b.data() + off, n),
+                DotF16F32Ref(h.data() + off, b.data() + off, n), DotBound(ah, b, off, n));
+    EXPECT_NEAR(DotBF16F32(bf.data() + off, b.data() + off, n),
+                DotBF16F32Ref(bf.data() + off, b.data() + off, n), DotBound(abf, b, off, n));
+
+    std::vector<float> y(n + off), y_ref(n + off);
+    for (size_t i = 0; i < n + off; ++i) y[i] = y_ref[i] = dist(rng);
+    AxpyF32(0.37f, a.data() + off, y.data() + off, n);
+    AxpyF32Ref(0.37f, a.data() + off, y_ref.data() + off, n);
+    for (size_t i = 0; i < n + off; ++i) {
+      // One FMA vs multiply-then-add: at most one rounding apart.
+      EXPECT_NEAR(y[i], y_ref[i], 2 * kEps * (std::fabs(y_ref[i]) + std::fabs(0.37f * a[i])));
+    }
+    AxpyF16(-1.5f, h.data() + off, y.data() + off, n);
+    AxpyF16Ref(-1.5f, h.data() + off, y_ref.data() + off, n);
+    for (size_t i = 0; i < n + off; ++i) {
+      EXPECT_NEAR(y[i], y_ref[i], 4 * kEps * (std::fabs(y_ref[i]) + std::fabs(1.5f * ah[i])));
+    }
+    // Conversions are exact operations: bit-identical.
+    std::vector<uint16_t> h2(n + off);
+    std::vector<float> back(n + off), back_ref(n + off);
+    ConvertF32ToF16(a.data() + off, h2.data() + off, n);
+    for (size_t i = off; i < n + off; ++i) EXPECT_EQ(h2[i], h[i]) << i;
+    ConvertF16ToF32(h.data() + off, back.data() + off, n);
+    ConvertF16ToF32Ref(h.data() + off, back_ref.data() + off, n);
+    for (size_t i = off; i < n + off; ++i) EXPECT_EQ(back[i], back_ref[i]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, VecTest, ::testing::Values(1, 7, 16, 33, 64, 100, 257, 1000));
+
+TEST(VecTest, DotQ8_0MatchesReference) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> code(-127, 127);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (size_t n_blocks : {1u, 3u, 18u}) {
+    const size_t n = n_blocks * 32;
+    std::vector<uint8_t> blocks(n_blocks * 34 + 1);
+    std::vector<float> x(n + 1), deq(n + 1);
+    for (size_t b = 0; b < n_blocks; ++b) {
+      uint8_t* p = blocks.data() + 1 + b * 34;  // misaligned on purpose
+      const uint16_t d = Fp32ToFp16(0.01f * (b + 1));
+      std::memcpy(p, &d, 2);
+      for (int j = 0; j < 32; ++j) {
+        const int8_t q = static_cast<int8_t>(code(rng));
+        p[2 + j] = static_cast<uint8_t>(q);
+        deq[1 + b * 32 + j] = Fp16ToFp32(d) * q;
+      }
+    }
+    for (auto& v : x) v = dist(rng);
+    EXPECT_NEAR(DotQ8_0F32(blocks.data() + 1, x.data() + 1, n),
+                DotQ8_0F32Ref(blocks.data() + 1, x.data() + 1, n), DotBound(deq, x, 1, n) * 2);
+  }
+}
+
+}  // namespace
+}  // namespace kvpack

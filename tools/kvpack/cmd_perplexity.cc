@@ -1,0 +1,71 @@
+#include <cstdio>
+#include <memory>
+
+#include "eval/perplexity.h"
+#include "tools/kvpack/commands.h"
+
+namespace kvpack::cli {
+
+Runner RegisterPerplexity(CLI::App& app) {
+  struct Args {
+    std::string model, file, kv = "f16";
+    int64_t n_ctx = 512, max_bytes = 0, max_windows = 0, n_batch = 0;
+    int threads = 1;
+    bool quiet = false;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "perplexity", "perplexity of a text file, llama.cpp's llama-perplexity protocol");
+  cmd->add_option("-m,--model", args->model, "GGUF model file")->required();
+  cmd->add_option("-f,--file", args->file, "text file")->required();
+  cmd->add_option("-c,--ctx", args->n_ctx, "window length in tokens")->capture_default_str();
+  cmd->add_option("--bytes", args->max_bytes, "use only the first N bytes of the file (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--chunks", args->max_windows, "evaluate at most N windows (0: all)")
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", args->threads, "threads")->capture_default_str();
+  cmd->add_option("-b,--batch", args->n_batch, "prefill chunk length (0: whole window)")
+      ->capture_default_str();
+  cmd->add_option("--kv", args->kv, "KV cache spec")->capture_default_str();
+  cmd->add_flag("-q,--quiet", args->quiet, "no progress bar");
+
+  return [args]() -> int {
+    Result<TextModel> model = TextModel::Load(args->model);
+    if (!model.ok()) return ReportError(model.status());
+    Result<std::string> text = ReadTextFile(args->file, args->max_bytes);
+    if (!text.ok()) return ReportError(text.status());
+    SessionOptions so;
+    so.n_ctx = args->n_ctx;
+    so.n_threads = args->threads;
+    so.n_batch = args->n_batch > 0 ? args->n_batch : args->n_ctx;
+    so.kv_spec = args->kv;
+    Result<std::unique_ptr<Session>> session = Session::Create(model->llama, so);
+    if (!session.ok()) return ReportError(session.status());
+    const std::vector<int32_t> tokens = model->tokenizer->Encode(*text, /*add_special=*/true);
+    std::fprintf(stderr, "%zu tokens, %lld windows of %lld\n", tokens.size(),
+                 static_cast<long long>(tokens.size() / args->n_ctx),
+                 static_cast<long long>(args->n_ctx));
+    PerplexityOptions po;
+    po.n_ctx = args->n_ctx;
+    po.max_windows = args->max_windows;
+    const bool quiet = args->quiet;
+    Result<PerplexityResult> r = RunPerplexity(
+        **session, tokens, model->tokenizer->bos(), po,
+        [quiet](int64_t done, int64_t total, double ppl) {
+          if (quiet) return;
+          const int width = 40, filled = static_cast<int>(width * done / total);
+          std::fprintf(stderr, "\r[%s%s] %lld/%lld windows, PPL %.4f",
+                       std::string(filled, '=').c_str(), std::string(width - filled, ' ').c_str(),
+                       static_cast<long long>(done), static_cast<long long>(total), ppl);
+          if (done == total) std::fputc('\n', stderr);
+        });
+    if (!r.ok()) return ReportError(r.status());
+    std::printf("PPL = %.4f +/- %.5f  (%lld windows of %lld, %lld tokens scored, kv %s)\n", r->ppl,
+                r->ppl_stderr, static_cast<long long>(r->n_windows),
+                static_cast<long long>(args->n_ctx), static_cast<long long>(r->n_scored),
+                (*session)->cache().spec().ToString().c_str());
+    return 0;
+  };
+}
+
+}  // namespace kvpack::cli
