@@ -17,6 +17,9 @@ class GgufWriter {
  public:
   explicit GgufWriter(uint32_t alignment = 32) : alignment_(alignment) {}
 
+  // Setting an existing key replaces its value (keys stay in first-set order). Keys are
+  // written verbatim, so tests may store a malformed "general.alignment"; otherwise the
+  // writer adds general.alignment (uint32) only when `alignment` differs from 32.
   void Set(const std::string& key, GgufValue value);
   void SetString(const std::string& key, const std::string& v);
   void SetUint32(const std::string& key, uint32_t v);
