@@ -1,5 +1,8 @@
 #include "kv/codec_registry.h"
 
+#include "kv/codecs/flexgen_codec.h"
+#include "kv/codecs/ggml_block_codec.h"
+#include "kv/codecs/kivi_codec.h"
 #include "kv/codecs/plain_codec.h"
 
 namespace kvpack {
@@ -14,11 +17,28 @@ CodecInfo Plain(const char* name, const char* summary, PlainFormat format) {
           }};
 }
 
+CodecInfo GgmlBlock(const char* name, const char* summary, GgmlBlockFormat format) {
+  return {name, summary, {},
+          [format](const MethodSpec& spec, const StoreShape& shape)
+              -> Result<std::unique_ptr<ComponentStore>> {
+            KVPACK_RETURN_IF_ERROR(CheckParamNames(spec, {}));
+            return MakeGgmlBlockStore(format, shape);
+          }};
+}
+
 std::vector<CodecInfo> BuildRegistry() {
   std::vector<CodecInfo> codecs;
   codecs.push_back(Plain("f32", "full precision, 32-bit floats (reference)", PlainFormat::kF32));
   codecs.push_back(Plain("f16", "IEEE half precision", PlainFormat::kF16));
   codecs.push_back(Plain("bf16", "bfloat16", PlainFormat::kBF16));
+  codecs.push_back(GgmlBlock("q8_0", "llama.cpp block_q8_0: 32 channels, int8, fp16 scale",
+                             GgmlBlockFormat::kQ8_0));
+  codecs.push_back(GgmlBlock("q4_0", "llama.cpp block_q4_0: 32 channels, 4-bit, fp16 scale",
+                             GgmlBlockFormat::kQ4_0));
+  codecs.push_back({"flexgen", "per-token groups of channels, asymmetric b-bit (FlexGen)",
+                    {"bits", "group"}, MakeFlexGenStore});
+  codecs.push_back({"kivi", "KIVI: per-channel keys, per-token values, fp16 residual",
+                    {"bits", "group", "residual"}, MakeKiviStore});
   return codecs;
 }
 

@@ -1,0 +1,180 @@
+// Shared pieces of the quantization codecs (METHODS.md 0 and 1.2-1.6): the uniform
+// asymmetric quantizer Q_b with fp16 scale/min (plus HQQ's half-quadratic zero-point
+// refinement), LSB-first bit packing for 1..8 bits, the input check, and three storage
+// containers that the codecs compose:
+//   - TokenGroupRows: per-token groups along channels (FlexGen, KIVI values, HF axis 0, KCVT
+//     values), one packed code row per token plus (scale, min) per group;
+//   - ChannelBlocks: per-channel groups along tokens (KIVI/KCVT/HF-axis-1 keys), packed code
+//     rows plus one (scale, min) per channel per block of tokens;
+//   - Fp16Rows: the full-precision residual (stored as fp16, the precision the papers' caches
+//     use; the compression ratio is measured against an fp16 cache, METHODS.md 0).
+//
+// Design goals: the containers hold the real packed form; Scores/Accumulate work on it
+// directly, decoding one token row of codes at a time into a small float buffer (the fused
+// form of METHODS.md's formulas: q.(code*scale + min) = sum_c (q_c*scale_c)*code_c +
+// sum_c q_c*min_c, so per-channel key groups stream only integer codes).
+// Non-goals: thread safety of mutation; bit-exactness with the Python libraries (the
+// quantizer follows METHODS.md 0 exactly, HQQ follows the published update rules).
+#ifndef KVPACK_KV_CODECS_QUANT_COMMON_H_
+#define KVPACK_KV_CODECS_QUANT_COMMON_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "kv/component_store.h"
+#include "kv/spec.h"
+#include "kvpack/status.h"
+
+namespace kvpack {
+
+// How (scale, min) of a group are chosen.
+enum class QuantMethod {
+  kMinMax,  // METHODS.md 0: mn = min, scale = (max - min) / (2^b - 1)
+  kHqq,     // min-max start, then HQQ's proximal refinement of the zero point (hf backend=hqq)
+};
+
+// fp16 bit patterns of one group's parameters; x^ = code * scale + min.
+struct GroupParams {
+  uint16_t scale = 0;
+  uint16_t min = 0;
+};
+
+// Largest magnitude the quantized codecs accept: scale and min are stored in fp16.
+constexpr float kMaxQuantInput = 65504.0f;
+
+// InvalidArgument ("non-finite value in the keys of layer 3") when any of x[0..n) is NaN/Inf,
+// or (when `fp16_range`) larger in magnitude than kMaxQuantInput.
+Status CheckQuantInput(const float* x, int64_t n, const StoreShape& shape, bool fp16_range);
+
+// Q_b over x[i * stride], i < n: writes codes[i * code_stride] (unpacked, one per byte) and
+// returns the fp16 parameters. Codes are computed against the fp16-rounded scale and min, so
+// decoding the stored form gives |x - x^| <= scale/2 + the fp16 rounding of scale and min.
+// A group whose range is 0 (or whose scale rounds to 0 in fp16) stores scale = 0, codes 0.
+GroupParams QuantizeGroup(const float* x, int64_t n, int64_t stride, int bits,
+                          QuantMethod method, uint8_t* codes, int64_t code_stride);
+
+// Bytes of n packed b-bit codes.
+inline int64_t PackedBytes(int64_t n, int bits) { return (n * bits + 7) / 8; }
+// LSB-first bit stream: code i occupies bits [i*b, (i+1)*b) of dst (dst zeroed first).
+void PackCodes(const uint8_t* codes, int64_t n, int bits, uint8_t* dst);
+// Codes [first, first + n) of a packed stream, as floats (exact small integers).
+void UnpackCodes(const uint8_t* src, int64_t first, int64_t n, int bits, float* dst);
+
+// ---------------------------------------------------------------------------------------
+// Per-token groups along channels. Row r holds row_len values in groups of `group`
+// consecutive channels (the last group may be shorter). Column windows [c0, c0 + n) let one
+// row span several heads (KCVT values: row_len = n_kv_heads * head_dim, one group).
+class TokenGroupRows {
+ public:
+  TokenGroupRows(int row_len, int group, int bits, QuantMethod method);
+
+  int64_t n_rows() const { return n_rows_; }
+  int row_len() const { return row_len_; }
+  int n_groups() const { return n_groups_; }
+  int64_t row_bytes() const { return row_bytes_; }
+
+  // row: [row_len]
+  void AppendRow(const float* row);
+  // out: [r1 - r0, n], channels [c0, c0 + n) of rows [r0, r1).
+  void Decode(int64_t r0, int64_t r1, int c0, int n, float* out) const;
+  // For row index rows[k] (k < n_rows_sel): scores[i * ld + col0 + k] = dot(q[i], row[c0..c0+n)).
+  //   q: [n_q, n]. `rows` may be null meaning rows r0 + k.
+  void Scores(int64_t r0, const int64_t* rows, int64_t n_sel, int c0, int n, const float* q,
+              int n_q, float* scores, int64_t ld, int64_t col0) const;
+  // out[i] += sum_k p[i * ld + col0 + k] * row(sel k)[c0..c0+n).  p: [n_q, ld]; out: [n_q, n].
+  void Accumulate(int64_t r0, const int64_t* rows, int64_t n_sel, int c0, int n, const float* p,
+                  int n_q, int64_t ld, int64_t col0, float* out) const;
+  // Keeps rows `keep` (ascending), frees the rest.
+  void Keep(std::span<const int64_t> keep);
+  void Clear();
+  // code_bytes += codes, scale_bytes / zero_bytes += 2 bytes per group per row.
+  void AddMemory(MemoryUsage& m) const;
+
+ private:
+  GroupParams Params(int64_t r, int g) const {
+    const uint16_t* p = &params_[(r * n_groups_ + g) * 2];
+    return {p[0], p[1]};
+  }
+
+  int row_len_, group_, n_groups_, bits_;
+  QuantMethod method_;
+  int64_t row_bytes_;
+  int64_t n_rows_ = 0;
+  AlignedBuffer<uint8_t> codes_;    // [n_rows, row_bytes] packed
+  AlignedBuffer<uint16_t> params_;  // [n_rows, n_groups, 2] fp16 (scale, min)
+};
+
+// ---------------------------------------------------------------------------------------
+// Per-channel groups along tokens: tokens are stored as packed code rows of d channels; a
+// block of consecutive tokens shares one (scale, min) per channel. Eviction inside a block
+// keeps the block's parameters and drops the evicted rows: the survivors decode exactly as
+// before (no re-quantization error); the block's parameters are freed with its last token.
+class ChannelBlocks {
+ public:
+  ChannelBlocks(int d, int bits, QuantMethod method);
+
+  int64_t n_rows() const { return n_rows_; }
+  int64_t n_blocks() const { return static_cast<int64_t>(block_start_.size()); }
+  // Quantizes x [n, d] (row stride ld) as one block: one group of n tokens per channel.
+  void AppendBlock(const float* x, int64_t n, int64_t ld);
+  void Decode(int64_t r0, int64_t r1, float* out) const;  // out: [r1 - r0, d]
+  // scores[i * ld + col0 + (r - r0)] = dot(q[i], row r) for r in [r0, r1). q: [n_q, d].
+  void Scores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores, int64_t ld,
+              int64_t col0) const;
+  // out[i] += sum_r p[i * ld + col0 + (r - r0)] * row r.  out: [n_q, d].
+  void Accumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld, int64_t col0,
+                  float* out) const;
+  void Keep(std::span<const int64_t> keep);
+  void Clear();
+  void AddMemory(MemoryUsage& m) const;
+
+ private:
+  int64_t BlockOf(int64_t r) const;  // index of the block holding row r
+
+  int d_, bits_;
+  QuantMethod method_;
+  int64_t row_bytes_;
+  int64_t n_rows_ = 0;
+  AlignedBuffer<uint8_t> codes_;        // [n_rows, row_bytes] packed
+  AlignedBuffer<uint16_t> params_;      // [n_blocks, 2, d] fp16: scales then mins
+  std::vector<int64_t> block_start_;    // [n_blocks] first row of each block (ascending)
+};
+
+// ---------------------------------------------------------------------------------------
+// Full-precision residual rows (fp16), with cheap removal from the front (KIVI's value
+// window releases its oldest token on every step).
+class Fp16Rows {
+ public:
+  explicit Fp16Rows(int d) : d_(d) {}
+  int64_t n_rows() const { return n_rows_; }
+  void Append(const float* row);                          // row: [d]
+  const uint16_t* Row(int64_t r) const { return data_.data() + (start_ + r) * d_; }
+  void Row(int64_t r, float* out) const;                  // out: [d]
+  void PopFront(int64_t n);
+  void Keep(std::span<const int64_t> keep);
+  void Clear();
+  void Scores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores, int64_t ld,
+              int64_t col0) const;
+  void Accumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld, int64_t col0,
+                  float* out) const;
+  size_t bytes() const { return static_cast<size_t>(n_rows_) * d_ * sizeof(uint16_t); }
+  size_t reserved_bytes() const { return data_.capacity_bytes() - bytes(); }
+
+ private:
+  int d_;
+  int64_t start_ = 0, n_rows_ = 0;
+  AlignedBuffer<uint16_t> data_;  // [start + n_rows, d]
+};
+
+// Parameter helpers for the registry and codecs: integer `key` of `spec` must be one of
+// `allowed` (or, with an empty list, >= 1).
+Result<int64_t> ParamChoice(const MethodSpec& spec, const std::string& key, int64_t fallback,
+                            const std::vector<int64_t>& allowed);
+
+}  // namespace kvpack
+
+#endif  // KVPACK_KV_CODECS_QUANT_COMMON_H_
