@@ -2,6 +2,8 @@
 
 #include "kv/codecs/flexgen_codec.h"
 #include "kv/codecs/ggml_block_codec.h"
+#include "kv/codecs/hf_codec.h"
+#include "kv/codecs/kcvt_codec.h"
 #include "kv/codecs/kivi_codec.h"
 #include "kv/codecs/plain_codec.h"
 
@@ -39,6 +41,12 @@ std::vector<CodecInfo> BuildRegistry() {
                     {"bits", "group"}, MakeFlexGenStore});
   codecs.push_back({"kivi", "KIVI: per-channel keys, per-token values, fp16 residual",
                     {"bits", "group", "residual"}, MakeKiviStore});
+  codecs.push_back({"kcvt", "KCVT (GEAR): per-channel key blocks, per-token values across heads",
+                    {"bits", "buffer"}, MakeKcvtStore});
+  codecs.push_back({"hf", "Hugging Face QuantizedCache (quanto/hqq), append or hf mode",
+                    {"nbits", "q_group_size", "residual_length", "axis_key", "axis_value",
+                     "backend", "mode"},
+                    MakeHfStore});
   return codecs;
 }
 

@@ -35,17 +35,28 @@ struct Format {
   std::function<double(const MethodSpec&, KvComponent, double range, double amax)> bound;
   // Lower bound on the mean |x - x^| for N(0,1) data (0 when the codec may be exact).
   std::function<double(const MethodSpec&)> min_mean_error;
-  // Exact payload bytes after appending n_tokens tokens (kHeads heads, head_dim d) in any
-  // chunking; nullopt-like: return SIZE_MAX to skip.
-  std::function<size_t(const MethodSpec&, KvComponent, int64_t n_tokens, int d)> payload;
-  bool chunk_invariant = true;  // one-at-a-time appends == one big append
+  // Exact payload bytes after appending chunks of tokens (kHeads heads, head_dim d).
+  std::function<size_t(const MethodSpec&, KvComponent, const std::vector<int64_t>& chunks,
+                       int d)>
+      payload;
+  // Whether one-at-a-time appends store the same as one big append (null: yes).
+  std::function<bool(const MethodSpec&)> chunk_invariant = nullptr;
 };
 
 int64_t Int(const MethodSpec& s, const char* key, int64_t fallback) {
   const std::string* v = s.Find(key);
   return v ? std::stoll(*v) : fallback;
 }
+std::string Str(const MethodSpec& s, const char* key, const char* fallback) {
+  const std::string* v = s.Find(key);
+  return v ? *v : fallback;
+}
 int64_t Ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t Total(const std::vector<int64_t>& chunks) {
+  int64_t n = 0;
+  for (int64_t c : chunks) n += c;
+  return n;
+}
 
 // Q_b asymmetric (METHODS.md 0): |x - x^| <= scale/2 plus the fp16 rounding of scale (times
 // the largest code) and of min; every group lies inside the head's range, so
@@ -62,7 +73,8 @@ const std::map<std::string, Format>& Formats() {
     auto none = [](const MethodSpec&) { return 0.0; };
     f["f32"] = {{"f32"},
                 [](const MethodSpec&, KvComponent, double, double) { return 0.0; }, none,
-                [](const MethodSpec&, KvComponent, int64_t n, int d) {
+                [](const MethodSpec&, KvComponent, const std::vector<int64_t>& ch, int d) {
+                  const int64_t n = Total(ch);
                   return static_cast<size_t>(n * kHeads * d * 4);  // raw floats
                 }};
     f["f16"] = {{"f16"},
@@ -70,7 +82,8 @@ const std::map<std::string, Format>& Formats() {
                   return amax * kFp16Eps;
                 },
                 none,
-                [](const MethodSpec&, KvComponent, int64_t n, int d) {
+                [](const MethodSpec&, KvComponent, const std::vector<int64_t>& ch, int d) {
+                  const int64_t n = Total(ch);
                   return static_cast<size_t>(n * kHeads * d * 2);
                 }};
     f["bf16"] = {{"bf16"},
@@ -78,7 +91,8 @@ const std::map<std::string, Format>& Formats() {
                    return amax / 256.0;  // 8-bit significand: half ulp = 2^-8 relative
                  },
                  none,
-                 [](const MethodSpec&, KvComponent, int64_t n, int d) {
+                 [](const MethodSpec&, KvComponent, const std::vector<int64_t>& ch, int d) {
+                  const int64_t n = Total(ch);
                    return static_cast<size_t>(n * kHeads * d * 2);
                  }};
     // q8_0: d = amax/127, |x - x^| <= d/2 + 127 * fp16 rounding of d.
@@ -87,7 +101,8 @@ const std::map<std::string, Format>& Formats() {
                    return amax / 127 / 2 + amax * kFp16Eps + 1e-6;
                  },
                  [](const MethodSpec&) { return 1e-4; },
-                 [](const MethodSpec&, KvComponent, int64_t n, int d) {
+                 [](const MethodSpec&, KvComponent, const std::vector<int64_t>& ch, int d) {
+                  const int64_t n = Total(ch);
                    return static_cast<size_t>(n * kHeads * (d / 32) * (32 + 2));
                  }};
     // q4_0: |d| = amax/8; the side opposite the max-by-abs clamps at code 7: error <= |d|.
@@ -96,7 +111,8 @@ const std::map<std::string, Format>& Formats() {
                    return amax / 8 + 8 * amax * kFp16Eps + 1e-6;
                  },
                  [](const MethodSpec&) { return 1e-2; },
-                 [](const MethodSpec&, KvComponent, int64_t n, int d) {
+                 [](const MethodSpec&, KvComponent, const std::vector<int64_t>& ch, int d) {
+                  const int64_t n = Total(ch);
                    return static_cast<size_t>(n * kHeads * (d / 32) * (16 + 2));
                  }};
     // flexgen: per token, ceil(d*b/8) code bytes + (scale, min) fp16 per group.
@@ -106,7 +122,8 @@ const std::map<std::string, Format>& Formats() {
           return QbBound(static_cast<int>(Int(s, "bits", 4)), range, amax);
         },
         [](const MethodSpec& s) { return Int(s, "bits", 4) == 2 ? 0.05 : 0.0; },
-        [](const MethodSpec& s, KvComponent, int64_t n, int d) {
+        [](const MethodSpec& s, KvComponent, const std::vector<int64_t>& ch, int d) {
+                  const int64_t n = Total(ch);
           const int64_t b = Int(s, "bits", 4), g = std::min<int64_t>(Int(s, "group", 64), d);
           return static_cast<size_t>(n * kHeads * (Ceil(d * b, 8) + 4 * Ceil(d, g)));
         }};
@@ -120,7 +137,8 @@ const std::map<std::string, Format>& Formats() {
           return QbBound(static_cast<int>(Int(s, "bits", 2)), range, amax);
         },
         [](const MethodSpec& s) { return Int(s, "bits", 2) == 2 ? 0.02 : 0.0; },
-        [](const MethodSpec& s, KvComponent c, int64_t n, int d) {
+        [](const MethodSpec& s, KvComponent c, const std::vector<int64_t>& ch, int d) {
+          const int64_t n = Total(ch);
           const int64_t b = Int(s, "bits", 2), g = Int(s, "group", 32),
                         r = Int(s, "residual", 128);
           const int64_t row = Ceil(d * b, 8);
@@ -132,6 +150,72 @@ const std::map<std::string, Format>& Formats() {
           return static_cast<size_t>(
               kHeads * (nq * (row + 4 * Ceil(d, std::min<int64_t>(g, d))) + std::min(n, r) * d * 2));
         }};
+    // kcvt: an Append leaving >= n_b tokens buffered compresses the buffer as one block.
+    // keys: per block d (scale, min) + an 8-byte block-table entry, packed rows per token;
+    // values: one packed row of kHeads * d codes + one (scale, min) per token, shared by the
+    // heads; buffered tokens are fp16.
+    f["kcvt"] = {
+        {"kcvt", "kcvt:bits=2,buffer=7", "kcvt:bits=8,buffer=1", "kcvt:bits=4,buffer=64"},
+        [](const MethodSpec& s, KvComponent, double range, double amax) {
+          return QbBound(static_cast<int>(Int(s, "bits", 4)), range, amax);
+        },
+        [](const MethodSpec& s) { return Int(s, "bits", 4) == 2 ? 0.02 : 0.0; },
+        [](const MethodSpec& s, KvComponent c, const std::vector<int64_t>& ch, int d) {
+          const int64_t b = Int(s, "bits", 4), nb = Int(s, "buffer", 20);
+          int64_t buf = 0, nq = 0, blocks = 0;
+          for (int64_t x : ch) {
+            buf += x;
+            if (buf >= nb) nq += buf, buf = 0, ++blocks;
+          }
+          if (c == KvComponent::kKey) {
+            return static_cast<size_t>(
+                kHeads * (nq * Ceil(d * b, 8) + blocks * (4 * d + 8) + buf * d * 2));
+          }
+          return static_cast<size_t>(nq * (Ceil(kHeads * d * b, 8) + 4) + buf * kHeads * d * 2);
+        },
+        [](const MethodSpec&) { return false; }};
+    // hf: append mode as kivi keys (blocks of residual_length; per-channel: groups of
+    // q_group_size tokens); hf mode: the first append quantized at once, then every time the
+    // residual reaches residual_length all tokens re-quantized (per-channel groups from
+    // token 0, the last one shorter).
+    f["hf"] = {
+        {"hf", "hf:nbits=2,q_group_size=32,residual_length=64",
+         "hf:axis_key=-1,axis_value=-1,q_group_size=32,residual_length=64",
+         "hf:backend=hqq,nbits=3,q_group_size=32,residual_length=32",
+         "hf:backend=hqq,axis_key=1,axis_value=1,nbits=8,q_group_size=16,residual_length=32",
+         "hf:backend=hqq,nbits=1", "hf:mode=hf,residual_length=32",
+         "hf:mode=hf,axis_key=-1,axis_value=-1,nbits=2,q_group_size=16,residual_length=32"},
+        [](const MethodSpec& s, KvComponent, double range, double amax) {
+          if (Str(s, "backend", "quanto") == "hqq" || Str(s, "mode", "append") == "hf") {
+            return -1.0;  // HQQ moves the zero point; mode=hf compounds: mean error only
+          }
+          return QbBound(static_cast<int>(Int(s, "nbits", 4)), range, amax);
+        },
+        [](const MethodSpec& s) { return Int(s, "nbits", 4) <= 2 ? 0.02 : 0.0; },
+        [](const MethodSpec& s, KvComponent c, const std::vector<int64_t>& ch, int d) {
+          const int64_t b = Int(s, "nbits", 4), g = Int(s, "q_group_size", 64),
+                        r = Int(s, "residual_length", 128);
+          const bool per_token =
+              Int(s, c == KvComponent::kKey ? "axis_key" : "axis_value", 0) == 0;
+          int64_t nq = 0, res = 0, blocks = 0;
+          if (Str(s, "mode", "append") == "hf") {
+            for (size_t i = 0; i < ch.size(); ++i) {
+              res += ch[i];
+              if (i == 0 || res >= r) nq += res, res = 0;
+            }
+            blocks = Ceil(nq, g);
+          } else {
+            const int64_t n = Total(ch);
+            nq = n - n % r;
+            res = n % r;
+            blocks = nq / g;
+          }
+          const int64_t row = Ceil(d * b, 8);
+          const int64_t quant = per_token ? nq * (row + 4 * Ceil(d, std::min<int64_t>(g, d)))
+                                          : nq * row + blocks * (4 * d + 8);
+          return static_cast<size_t>(kHeads * (quant + res * d * 2));
+        },
+        [](const MethodSpec& s) { return Str(s, "mode", "append") != "hf"; }};
     return f;
   }();
   return formats;
@@ -312,18 +396,20 @@ TEST_P(CodecConformance, MemoryMatchesFormatFormula) {
   for (int64_t n : {0, 1, 17, 100, 129, 300}) {
     auto s = Make();
     const auto rows = Normal(std::max<int64_t>(n, 1) * kHeads * d(), 7 + n);
+    std::vector<int64_t> chunks;
+    for (int64_t t = 0, c = 3; t < n; t += c, ++c) chunks.push_back(std::min(c, n - t));
     if (n) AppendChunked(*s, rows, n, 3);
     const MemoryUsage m = s->Memory();
     EXPECT_EQ(m.n_values, n * kHeads * d());
     if (f && f->payload) {
-      EXPECT_EQ(m.payload_bytes(), f->payload(spec(), GetParam().component, n, d())) << n;
+      EXPECT_EQ(m.payload_bytes(), f->payload(spec(), GetParam().component, chunks, d())) << n;
     }
   }
 }
 
 TEST_P(CodecConformance, ChunkingInvariance) {
   const Format* f = format();
-  if (f && !f->chunk_invariant) GTEST_SKIP() << "method depends on the append chunking";
+  if (f && f->chunk_invariant && !f->chunk_invariant(spec())) GTEST_SKIP() << "method depends on the append chunking";
   const int64_t n = 270;
   const auto rows = Normal(n * kHeads * d(), 8);
   auto a = Make(), b = Make();
@@ -436,7 +522,7 @@ TEST_P(CodecConformance, RetainKeepsChosenTokensAndFreesStorage) {
   const auto after = DecodeAll(*s, 0);
   for (int64_t t = 0; t < 50; ++t) {
     for (int c = 0; c < d(); ++c) {
-      ASSERT_LT(std::fabs(after[(keep.size() + t) * d() + c] - more[(t * kHeads) * d() + c]), 2.0);
+      ASSERT_LT(std::fabs(after[(keep.size() + t) * d() + c] - more[(t * kHeads) * d() + c]), 4.0);
     }
   }
 }
@@ -474,7 +560,10 @@ TEST(CodecConformanceExtra, GgmlBlocksRejectHeadDimNotMultipleOf32) {
 
 TEST(CodecConformanceExtra, BadParametersAreRejected) {
   for (const char* spec : {"flexgen:bits=3", "flexgen:group=0", "flexgen:foo=1", "kivi:bits=5",
-                           "kivi:group=32,residual=100", "q8_0:bits=8"}) {
+                           "kivi:group=32,residual=100", "q8_0:bits=8", "kcvt:bits=3",
+                           "hf:nbits=3", "hf:backend=hqq,nbits=5", "hf:axis_key=1",
+                           "hf:backend=hqq,axis_value=-1", "hf:backend=awq", "hf:mode=x",
+                           "hf:axis_key=-1,q_group_size=48,residual_length=128"}) {
     auto s = CreateStore(*ParseMethodSpec(spec), {0, 1, 64, KvComponent::kKey});
     EXPECT_FALSE(s.ok()) << spec;
   }
