@@ -25,7 +25,9 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/asan --output-on-failure -j "$jobs" -E "Slow|E2e"
 
 echo "== fuzzing the GGUF reader for ${fuzz_seconds}s"
+# The library is instrumented too (fuzzer-no-link) so that coverage guides the fuzzer into it.
 CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVPACK_FUZZ=ON \
+  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined" \
   -DKVPACK_SIMD_STATIC_ONLY=ON -DKVPACK_BUILD_TESTS=OFF -DKVPACK_BUILD_BENCH=OFF >/dev/null
 cmake --build build/fuzz -j "$jobs" --target fuzz_gguf
 rm -rf build/fuzz/corpus && mkdir -p build/fuzz/corpus

@@ -2,11 +2,13 @@
 //
 // Design goals: ParallelFor over a range with static contiguous chunks, so that the same
 // thread count always splits work the same way (deterministic results); the calling thread
-// takes part; no allocation per call.
+// takes part; low latency for the ~200 fork-joins of one decode step: workers spin briefly
+// on an atomic generation counter before sleeping on a condition variable.
 // Non-goals: work stealing, nested parallelism, task graphs.
 #ifndef KVPACK_CORE_THREAD_POOL_H_
 #define KVPACK_CORE_THREAD_POOL_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -38,13 +40,12 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable start_cv_;
-  std::condition_variable done_cv_;
   const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;
   int64_t job_n_ = 0;
   int64_t job_chunk_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace kvpack

@@ -113,6 +113,11 @@ void AxpyF16Impl(float s, const uint16_t* x, float* y, size_t n) {
 }
 
 void ConvertF32ToF16Impl(const float* src, uint16_t* dst, size_t n) {
+#if !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2)
+  // Without F16C, Highway emulates DemoteTo by truncation; keep round-to-nearest-even.
+  for (size_t i = 0; i < n; ++i) dst[i] = Fp32ToFp16(src[i]);
+  return;
+#endif
   const hn::ScalableTag<float> d;
   const hn::Rebind<hwy::float16_t, decltype(d)> dh;
   const size_t N = hn::Lanes(d);
@@ -130,6 +135,75 @@ void ConvertF16ToF32Impl(const uint16_t* src, float* dst, size_t n) {
   size_t i = 0;
   for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(d, hn::LoadU(dh, in + i)), d, dst + i);
   for (; i < n; ++i) dst[i] = Fp16ToFp32(src[i]);
+}
+
+// Loads N row elements as floats.
+HWY_INLINE hn::Vec<hn::ScalableTag<float>> LoadRow(hn::ScalableTag<float> d, const float* p) {
+  return hn::LoadU(d, p);
+}
+HWY_INLINE hn::Vec<hn::ScalableTag<float>> LoadRow(hn::ScalableTag<float> d, const uint16_t* p) {
+  const hn::Rebind<hwy::float16_t, decltype(d)> dh;
+  return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+}
+HWY_INLINE float ScalarOf(float x) { return x; }
+HWY_INLINE float ScalarOf(uint16_t x) { return Fp16ToFp32(x); }
+
+template <typename T>
+void DotRowsImpl(const T* rows, size_t n_rows, size_t dim, const float* q, size_t n_q,
+                 float* scores, size_t ld) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const size_t main = dim / N * N;
+  for (size_t t = 0; t < n_rows; ++t) {
+    const T* row = rows + t * dim;
+    for (size_t i = 0; i < n_q; ++i) {
+      const float* qi = q + i * dim;
+      auto acc = hn::Zero(d);
+      for (size_t c = 0; c < main; c += N) acc = hn::MulAdd(LoadRow(d, row + c), hn::LoadU(d, qi + c), acc);
+      float sum = hn::GetLane(hn::SumOfLanes(d, acc));
+      for (size_t c = main; c < dim; ++c) sum += ScalarOf(row[c]) * qi[c];
+      scores[i * ld + t] = sum;
+    }
+  }
+}
+
+template <typename T>
+void AxpyRowsImpl(const float* p, size_t n_q, size_t ld, const T* rows, size_t n_rows,
+                  size_t dim, float* out) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const size_t main = dim / N * N;
+  for (size_t t = 0; t < n_rows; ++t) {
+    const T* row = rows + t * dim;
+    for (size_t c = 0; c < main; c += N) {
+      const auto v = LoadRow(d, row + c);
+      for (size_t i = 0; i < n_q; ++i) {
+        float* o = out + i * dim + c;
+        hn::StoreU(hn::MulAdd(hn::Set(d, p[i * ld + t]), v, hn::LoadU(d, o)), d, o);
+      }
+    }
+    for (size_t c = main; c < dim; ++c) {
+      const float v = ScalarOf(row[c]);
+      for (size_t i = 0; i < n_q; ++i) out[i * dim + c] += p[i * ld + t] * v;
+    }
+  }
+}
+
+void DotRowsF32Impl(const float* rows, size_t n_rows, size_t dim, const float* q, size_t n_q,
+                    float* scores, size_t ld) {
+  DotRowsImpl(rows, n_rows, dim, q, n_q, scores, ld);
+}
+void DotRowsF16Impl(const uint16_t* rows, size_t n_rows, size_t dim, const float* q, size_t n_q,
+                    float* scores, size_t ld) {
+  DotRowsImpl(rows, n_rows, dim, q, n_q, scores, ld);
+}
+void AxpyRowsF32Impl(const float* p, size_t n_q, size_t ld, const float* rows, size_t n_rows,
+                     size_t dim, float* out) {
+  AxpyRowsImpl(p, n_q, ld, rows, n_rows, dim, out);
+}
+void AxpyRowsF16Impl(const float* p, size_t n_q, size_t ld, const uint16_t* rows, size_t n_rows,
+                     size_t dim, float* out) {
+  AxpyRowsImpl(p, n_q, ld, rows, n_rows, dim, out);
 }
 
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
@@ -151,6 +225,27 @@ HWY_EXPORT(AxpyF16Impl);
 HWY_EXPORT(ConvertF32ToF16Impl);
 HWY_EXPORT(ConvertF16ToF32Impl);
 HWY_EXPORT(TargetNameImpl);
+HWY_EXPORT(DotRowsF32Impl);
+HWY_EXPORT(DotRowsF16Impl);
+HWY_EXPORT(AxpyRowsF32Impl);
+HWY_EXPORT(AxpyRowsF16Impl);
+
+void DotRowsF32(const float* rows, size_t n_rows, size_t d, const float* q, size_t n_q,
+                float* scores, size_t ld) {
+  HWY_DYNAMIC_DISPATCH(DotRowsF32Impl)(rows, n_rows, d, q, n_q, scores, ld);
+}
+void DotRowsF16(const uint16_t* rows, size_t n_rows, size_t d, const float* q, size_t n_q,
+                float* scores, size_t ld) {
+  HWY_DYNAMIC_DISPATCH(DotRowsF16Impl)(rows, n_rows, d, q, n_q, scores, ld);
+}
+void AxpyRowsF32(const float* p, size_t n_q, size_t ld, const float* rows, size_t n_rows,
+                 size_t d, float* out) {
+  HWY_DYNAMIC_DISPATCH(AxpyRowsF32Impl)(p, n_q, ld, rows, n_rows, d, out);
+}
+void AxpyRowsF16(const float* p, size_t n_q, size_t ld, const uint16_t* rows, size_t n_rows,
+                 size_t d, float* out) {
+  HWY_DYNAMIC_DISPATCH(AxpyRowsF16Impl)(p, n_q, ld, rows, n_rows, d, out);
+}
 
 float DotF32(const float* a, const float* b, size_t n) {
   return HWY_DYNAMIC_DISPATCH(DotF32Impl)(a, b, n);

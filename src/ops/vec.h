@@ -28,6 +28,18 @@ void AxpyF32(float s, const float* x, float* y, size_t n);
 // x: fp16 bits
 void AxpyF16(float s, const uint16_t* x, float* y, size_t n);
 
+// Tile kernels for attention over a block of cached rows (one dispatch per tile):
+//   scores[i * ld + t] = dot(rows[t], q[i])           rows: [n_rows, d], q: [n_q, d]
+//   out[i] += sum_t p[i * ld + t] * rows[t]           p: [n_q, ld], out: [n_q, d]
+void DotRowsF32(const float* rows, size_t n_rows, size_t d, const float* q, size_t n_q,
+                float* scores, size_t ld);
+void DotRowsF16(const uint16_t* rows, size_t n_rows, size_t d, const float* q, size_t n_q,
+                float* scores, size_t ld);
+void AxpyRowsF32(const float* p, size_t n_q, size_t ld, const float* rows, size_t n_rows,
+                 size_t d, float* out);
+void AxpyRowsF16(const float* p, size_t n_q, size_t ld, const uint16_t* rows, size_t n_rows,
+                 size_t d, float* out);
+
 // Conversions: dst[i] = src[i]
 void ConvertF32ToF16(const float* src, uint16_t* dst, size_t n);
 void ConvertF16ToF32(const uint16_t* src, float* dst, size_t n);

@@ -18,6 +18,7 @@ Runner RegisterGenerate(CLI::App& app);
 Runner RegisterPerplexity(CLI::App& app);
 Runner RegisterInfo(CLI::App& app);
 Runner RegisterMakeModel(CLI::App& app);
+Runner RegisterBench(CLI::App& app);
 
 // Prints "error: <message>" to stderr and returns exit code 1.
 int ReportError(const Status& status);

@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   add(kvpack::cli::RegisterPerplexity);
   add(kvpack::cli::RegisterInfo);
   add(kvpack::cli::RegisterMakeModel);
+  add(kvpack::cli::RegisterBench);
   CLI11_PARSE(app, argc, argv);
   for (auto& [sub, run] : commands) {
     if (sub->parsed()) return run();

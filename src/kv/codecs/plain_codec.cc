@@ -19,6 +19,8 @@ struct F32Traits {
   static float DecodeOne(T x) { return x; }
   static float Dot(const T* row, const float* q, size_t n) { return DotF32(row, q, n); }
   static void Axpy(float p, const T* row, float* out, size_t n) { AxpyF32(p, row, out, n); }
+  static constexpr auto kDotRows = &DotRowsF32;
+  static constexpr auto kAxpyRows = &AxpyRowsF32;
 };
 
 struct F16Traits {
@@ -28,6 +30,8 @@ struct F16Traits {
   static float DecodeOne(T x) { return Fp16ToFp32(x); }
   static float Dot(const T* row, const float* q, size_t n) { return DotF16F32(row, q, n); }
   static void Axpy(float p, const T* row, float* out, size_t n) { AxpyF16(p, row, out, n); }
+  static constexpr auto kDotRows = &DotRowsF16;
+  static constexpr auto kAxpyRows = &AxpyRowsF16;
 };
 
 struct BF16Traits {
@@ -39,6 +43,8 @@ struct BF16Traits {
   static void Axpy(float p, const T* row, float* out, size_t n) {
     for (size_t i = 0; i < n; ++i) out[i] += p * Bf16ToFp32(row[i]);
   }
+  static constexpr auto kDotRows = nullptr;  // no tile kernel: per-row fallback
+  static constexpr auto kAxpyRows = nullptr;
 };
 
 template <typename Traits>
@@ -81,6 +87,10 @@ class PlainStore final : public ComponentStore {
     const size_t d = shape_.head_dim;
     const int64_t n = t1 - t0;
     const T* base = heads_[head].data();
+    if constexpr (Traits::kDotRows != nullptr) {
+      Traits::kDotRows(base + t0 * d, n, d, q, n_q, scores, n);
+      return;
+    }
     for (int64_t t = t0; t < t1; ++t) {
       const T* row = base + t * d;
       for (int i = 0; i < n_q; ++i) scores[i * n + (t - t0)] = Traits::Dot(row, q + i * d, d);
@@ -92,6 +102,10 @@ class PlainStore final : public ComponentStore {
     const size_t d = shape_.head_dim;
     const int64_t n = t1 - t0;
     const T* base = heads_[head].data();
+    if constexpr (Traits::kAxpyRows != nullptr) {
+      Traits::kAxpyRows(p, n_q, n, base + t0 * d, n, d, out);
+      return;
+    }
     for (int64_t t = t0; t < t1; ++t) {
       const T* row = base + t * d;
       for (int i = 0; i < n_q; ++i) Traits::Axpy(p[i * n + (t - t0)], row, out + i * d, d);
