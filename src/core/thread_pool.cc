@@ -51,7 +51,15 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   }
   start_cv_.notify_all();
   fn(0, std::min(n, chunk), 0);
-  while (pending_.load(std::memory_order_acquire) != 0) CpuRelax();
+  // Spin briefly, then yield: with more runnable threads than cores a pure spin would burn
+  // the quantum the preempted worker needs.
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < 4096) {
+      CpuRelax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
 }
 
 void ThreadPool::WorkerLoop(int index) {

@@ -115,11 +115,11 @@ Result<LlamaWeights> BindLlamaWeights(const GgufFile& file, const LlamaConfig& c
 }
 
 namespace {
-size_t MatrixBytes(const WeightMatrix& m) { return m.row_bytes * m.n_out; }
-}  // namespace
 
-size_t LlamaWeights::DecodeBytesPerToken(const LlamaConfig& c) const {
-  size_t bytes = MatrixBytes(output) + token_embd.row_bytes;
+size_t MatrixBytes(const WeightMatrix& m) { return m.row_bytes * m.n_out; }
+
+size_t LayerMatrixBytes(const std::vector<LlamaLayerWeights>& layers) {
+  size_t bytes = 0;
   for (const LlamaLayerWeights& L : layers) {
     bytes += MatrixBytes(L.wq) + MatrixBytes(L.wk) + MatrixBytes(L.wv) + MatrixBytes(L.wo) +
              MatrixBytes(L.w_gate) + MatrixBytes(L.w_up) + MatrixBytes(L.w_down);
@@ -127,13 +127,15 @@ size_t LlamaWeights::DecodeBytesPerToken(const LlamaConfig& c) const {
   return bytes;
 }
 
+}  // namespace
+
+size_t LlamaWeights::DecodeBytesPerToken(const LlamaConfig&) const {
+  return MatrixBytes(output) + token_embd.row_bytes + LayerMatrixBytes(layers);
+}
+
 size_t LlamaWeights::TotalBytes() const {
-  size_t bytes = MatrixBytes(token_embd) + (tied_output ? 0 : MatrixBytes(output));
-  for (const LlamaLayerWeights& L : layers) {
-    bytes += MatrixBytes(L.wq) + MatrixBytes(L.wk) + MatrixBytes(L.wv) + MatrixBytes(L.wo) +
-             MatrixBytes(L.w_gate) + MatrixBytes(L.w_up) + MatrixBytes(L.w_down);
-  }
-  return bytes;
+  return MatrixBytes(token_embd) + (tied_output ? 0 : MatrixBytes(output)) +
+         LayerMatrixBytes(layers);
 }
 
 }  // namespace kvpack

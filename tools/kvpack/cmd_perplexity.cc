@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "eval/perplexity.h"
+#include "kv/spec.h"
 #include "tools/kvpack/commands.h"
 
 namespace kvpack::cli {
@@ -24,7 +25,7 @@ Runner RegisterPerplexity(CLI::App& app) {
   cmd->add_option("--chunks", args->max_windows, "evaluate at most N windows (0: all)")
       ->capture_default_str();
   cmd->add_option("-t,--threads", args->threads, "threads")->capture_default_str();
-  cmd->add_option("-b,--batch", args->n_batch, "prefill chunk length (0: whole window)")
+  cmd->add_option("-b,--batch", args->n_batch, "chunk length (0: whole window for f32/f16/bf16, 1 = decode semantics for compressing codecs)")
       ->capture_default_str();
   cmd->add_option("--kv", args->kv, "KV cache spec")->capture_default_str();
   cmd->add_flag("-q,--quiet", args->quiet, "no progress bar");
@@ -37,7 +38,16 @@ Runner RegisterPerplexity(CLI::App& app) {
     SessionOptions so;
     so.n_ctx = args->n_ctx;
     so.n_threads = args->threads;
-    so.n_batch = args->n_batch > 0 ? args->n_batch : args->n_ctx;
+    // Decode semantics (docs/evaluation.md): with a compressing codec, the logits at t must
+    // come from the cache as it stands after t-1 appends, so the default chunk is 1 token;
+    // plain codecs give the same numbers with whole-window chunks.
+    Result<KvSpec> spec = ParseKvSpec(args->kv);
+    if (!spec.ok()) return ReportError(spec.status());
+    auto plain = [](const MethodSpec& m) {
+      return m.name == "f32" || m.name == "f16" || m.name == "bf16";
+    };
+    const bool batchable = plain(spec->keys) && plain(spec->values) && !spec->policy;
+    so.n_batch = args->n_batch > 0 ? args->n_batch : (batchable ? args->n_ctx : 1);
     so.kv_spec = args->kv;
     Result<std::unique_ptr<Session>> session = Session::Create(model->llama, so);
     if (!session.ok()) return ReportError(session.status());

@@ -19,8 +19,15 @@ struct F32Traits {
   static float DecodeOne(T x) { return x; }
   static float Dot(const T* row, const float* q, size_t n) { return DotF32(row, q, n); }
   static void Axpy(float p, const T* row, float* out, size_t n) { AxpyF32(p, row, out, n); }
-  static constexpr auto kDotRows = &DotRowsF32;
-  static constexpr auto kAxpyRows = &AxpyRowsF32;
+  static constexpr bool kHasRowKernels = true;
+  static void DotRows(const T* rows, size_t n, size_t d, const float* q, size_t n_q, float* s,
+                      size_t ld) {
+    DotRowsF32(rows, n, d, q, n_q, s, ld);
+  }
+  static void AxpyRows(const float* p, size_t n_q, size_t ld, const T* rows, size_t n, size_t d,
+                       float* out) {
+    AxpyRowsF32(p, n_q, ld, rows, n, d, out);
+  }
 };
 
 struct F16Traits {
@@ -30,8 +37,15 @@ struct F16Traits {
   static float DecodeOne(T x) { return Fp16ToFp32(x); }
   static float Dot(const T* row, const float* q, size_t n) { return DotF16F32(row, q, n); }
   static void Axpy(float p, const T* row, float* out, size_t n) { AxpyF16(p, row, out, n); }
-  static constexpr auto kDotRows = &DotRowsF16;
-  static constexpr auto kAxpyRows = &AxpyRowsF16;
+  static constexpr bool kHasRowKernels = true;
+  static void DotRows(const T* rows, size_t n, size_t d, const float* q, size_t n_q, float* s,
+                      size_t ld) {
+    DotRowsF16(rows, n, d, q, n_q, s, ld);
+  }
+  static void AxpyRows(const float* p, size_t n_q, size_t ld, const T* rows, size_t n, size_t d,
+                       float* out) {
+    AxpyRowsF16(p, n_q, ld, rows, n, d, out);
+  }
 };
 
 struct BF16Traits {
@@ -43,8 +57,7 @@ struct BF16Traits {
   static void Axpy(float p, const T* row, float* out, size_t n) {
     for (size_t i = 0; i < n; ++i) out[i] += p * Bf16ToFp32(row[i]);
   }
-  static constexpr auto kDotRows = nullptr;  // no tile kernel: per-row fallback
-  static constexpr auto kAxpyRows = nullptr;
+  static constexpr bool kHasRowKernels = false;  // no tile kernel: per-row fallback
 };
 
 template <typename Traits>
@@ -87,8 +100,8 @@ class PlainStore final : public ComponentStore {
     const size_t d = shape_.head_dim;
     const int64_t n = t1 - t0;
     const T* base = heads_[head].data();
-    if constexpr (Traits::kDotRows != nullptr) {
-      Traits::kDotRows(base + t0 * d, n, d, q, n_q, scores, n);
+    if constexpr (Traits::kHasRowKernels) {
+      Traits::DotRows(base + t0 * d, n, d, q, n_q, scores, n);
       return;
     }
     for (int64_t t = t0; t < t1; ++t) {
@@ -102,8 +115,8 @@ class PlainStore final : public ComponentStore {
     const size_t d = shape_.head_dim;
     const int64_t n = t1 - t0;
     const T* base = heads_[head].data();
-    if constexpr (Traits::kAxpyRows != nullptr) {
-      Traits::kAxpyRows(p, n_q, n, base + t0 * d, n, d, out);
+    if constexpr (Traits::kHasRowKernels) {
+      Traits::AxpyRows(p, n_q, n, base + t0 * d, n, d, out);
       return;
     }
     for (int64_t t = t0; t < t1; ++t) {
