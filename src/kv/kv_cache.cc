@@ -1,6 +1,7 @@
 #include "kv/kv_cache.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kv/codec_registry.h"
 
@@ -40,18 +41,18 @@ Status KvCache::CreateStores() {
 
 Status KvCache::Append(int layer, const float* k, const float* v, const int32_t* pos, int64_t n) {
   Layer& L = layers_[layer];
-  KVPACK_RETURN_IF_ERROR(L.keys->Append(k, n));
-  Status vs = L.values->Append(v, n);
-  if (!vs.ok()) {
-    // Keep keys and values consistent: drop the keys just appended.
-    for (int h = 0; h < shape_.n_kv_heads; ++h) {
-      const int64_t old = static_cast<int64_t>(L.positions[h].size());
-      std::vector<int64_t> keep(old);
-      for (int64_t i = 0; i < old; ++i) keep[i] = i;
-      (void)L.keys->Retain(h, keep);
+  // Check both inputs before touching either store: a store that already flushed its
+  // residual cannot be rolled back exactly, so keys and values must fail together.
+  const int64_t n_values = n * shape_.n_kv_heads * shape_.head_dim;
+  for (int64_t i = 0; i < n_values; ++i) {
+    if (!std::isfinite(k[i]) || !std::isfinite(v[i])) {
+      return InvalidArgument(std::string("non-finite value in the ") +
+                             (std::isfinite(k[i]) ? "values" : "keys") + " of layer " +
+                             std::to_string(layer));
     }
-    return vs;
   }
+  KVPACK_RETURN_IF_ERROR(L.keys->Append(k, n));
+  KVPACK_RETURN_IF_ERROR(L.values->Append(v, n));
   for (int h = 0; h < shape_.n_kv_heads; ++h) L.positions[h].insert(L.positions[h].end(), pos, pos + n);
   UpdatePeak();
   return Status::Ok();
