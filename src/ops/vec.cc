@@ -148,22 +148,17 @@ HWY_INLINE hn::Vec<hn::ScalableTag<float>> LoadRow(hn::ScalableTag<float> d, con
 HWY_INLINE float ScalarOf(float x) { return x; }
 HWY_INLINE float ScalarOf(uint16_t x) { return Fp16ToFp32(x); }
 
+// Same arithmetic as the single-row kernels (bit-identical results), one dispatch per tile.
+HWY_INLINE float DotRow(const float* row, const float* q, size_t n) { return DotF32Impl(row, q, n); }
+HWY_INLINE float DotRow(const uint16_t* row, const float* q, size_t n) {
+  return DotF16F32Impl(row, q, n);
+}
+
 template <typename T>
 void DotRowsImpl(const T* rows, size_t n_rows, size_t dim, const float* q, size_t n_q,
                  float* scores, size_t ld) {
-  const hn::ScalableTag<float> d;
-  const size_t N = hn::Lanes(d);
-  const size_t main = dim / N * N;
   for (size_t t = 0; t < n_rows; ++t) {
-    const T* row = rows + t * dim;
-    for (size_t i = 0; i < n_q; ++i) {
-      const float* qi = q + i * dim;
-      auto acc = hn::Zero(d);
-      for (size_t c = 0; c < main; c += N) acc = hn::MulAdd(LoadRow(d, row + c), hn::LoadU(d, qi + c), acc);
-      float sum = hn::GetLane(hn::SumOfLanes(d, acc));
-      for (size_t c = main; c < dim; ++c) sum += ScalarOf(row[c]) * qi[c];
-      scores[i * ld + t] = sum;
-    }
+    for (size_t i = 0; i < n_q; ++i) scores[i * ld + t] = DotRow(rows + t * dim, q + i * dim, dim);
   }
 }
 
