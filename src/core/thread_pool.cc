@@ -41,24 +41,45 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     fn(0, n, 0);
     return;
   }
+  Job job;
+  job.fn = &fn;
+  job.n = n;
+  job.chunk = chunk;
+  job.n_chunks = static_cast<uint32_t>((n + chunk - 1) / chunk);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    job_ = &fn;
-    job_n_ = n;
-    job_chunk_ = chunk;
-    pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+    job.generation = static_cast<uint32_t>(generation_.load(std::memory_order_relaxed) + 1);
+    job_ = job;
+    done_.store(0, std::memory_order_relaxed);
+    ticket_.store(static_cast<uint64_t>(job.generation) << 32, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
   }
   start_cv_.notify_all();
-  fn(0, std::min(n, chunk), 0);
-  // Spin briefly, then yield: with more runnable threads than cores a pure spin would burn
-  // the quantum the preempted worker needs.
-  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+  RunChunks(job, 0);
+  const uint32_t n_chunks = job.n_chunks;
+  // Only chunks that another thread claimed (and is running) remain: spin briefly, then
+  // yield, so that a preempted worker gets the core back.
+  for (int spins = 0; done_.load(std::memory_order_acquire) != n_chunks; ++spins) {
     if (spins < 4096) {
       CpuRelax();
     } else {
       std::this_thread::yield();
     }
+  }
+}
+
+void ThreadPool::RunChunks(const Job& job, int thread_index) {
+  const uint64_t tag = static_cast<uint64_t>(job.generation) << 32;
+  for (;;) {
+    uint64_t t = ticket_.load(std::memory_order_acquire);
+    uint32_t c;
+    do {
+      c = static_cast<uint32_t>(t);
+      if ((t & ~0xffffffffull) != tag || c >= job.n_chunks) return;
+    } while (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel));
+    const int64_t begin = static_cast<int64_t>(c) * job.chunk;
+    (*job.fn)(begin, std::min(job.n, begin + job.chunk), thread_index);
+    done_.fetch_add(1, std::memory_order_acq_rel);
   }
 }
 
@@ -71,21 +92,15 @@ void ThreadPool::WorkerLoop(int index) {
            std::chrono::steady_clock::now() < spin_until) {
       CpuRelax();
     }
-    const std::function<void(int64_t, int64_t, int)>* job;
-    int64_t n, chunk;
+    Job job;
     {
       std::unique_lock<std::mutex> lock(mu_);
       start_cv_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
       if (stop_.load()) return;
       seen = generation_.load();
       job = job_;
-      n = job_n_;
-      chunk = job_chunk_;
     }
-    const int64_t begin = index * chunk;
-    const int64_t end = std::min(n, begin + chunk);
-    if (begin < end) (*job)(begin, end, index);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    RunChunks(job, index);
   }
 }
 

@@ -24,16 +24,30 @@ TEST(ThreadPoolTest, CoversTheRangeExactlyOnceManyTimes) {
   }
 }
 
-TEST(ThreadPoolTest, ChunksAreDeterministic) {
+// Chunk boundaries (not which thread runs a chunk) decide results; they must not vary.
+TEST(ThreadPoolTest, ChunkBoundariesAreDeterministic) {
   ThreadPool pool(2);
-  std::vector<int> owner_a(100), owner_b(100);
-  pool.ParallelFor(100, 8, [&](int64_t b, int64_t e, int t) {
-    for (int64_t i = b; i < e; ++i) owner_a[i] = t;
-  });
-  pool.ParallelFor(100, 8, [&](int64_t b, int64_t e, int t) {
-    for (int64_t i = b; i < e; ++i) owner_b[i] = t;
-  });
-  EXPECT_EQ(owner_a, owner_b);
+  for (int rep = 0; rep < 100; ++rep) {
+    std::vector<int> start(100, 0);
+    pool.ParallelFor(100, 8, [&](int64_t b, int64_t, int) { start[b] = 1; });
+    std::vector<int> expected(100, 0);
+    expected[0] = expected[56] = 1;  // chunk = ceil(100 / 2) rounded up to 8 = 56
+    ASSERT_EQ(start, expected);
+  }
+}
+
+// A thread index is never used by two chunks at once: per-thread scratch stays private.
+TEST(ThreadPoolTest, ThreadIndexIsExclusiveWhileAChunkRuns) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> busy(3);
+  std::atomic<int> clashes{0};
+  for (int rep = 0; rep < 200; ++rep) {
+    pool.ParallelFor(3000, 1, [&](int64_t, int64_t, int t) {
+      if (busy[t].fetch_add(1) != 0) clashes.fetch_add(1);
+      busy[t].fetch_sub(1);
+    });
+  }
+  EXPECT_EQ(clashes.load(), 0);
 }
 
 }  // namespace
