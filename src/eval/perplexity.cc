@@ -40,7 +40,14 @@ Result<PerplexityResult> RunPerplexity(Session& session, std::span<const int32_t
                            " tokens, fewer than one window of " + std::to_string(ctx));
   }
   const int64_t n_vocab = session.n_vocab();
+  Session* ref = options.reference;
+  if (ref != nullptr && (ref->n_vocab() != n_vocab || ctx > ref->n_ctx())) {
+    return InvalidArgument("the reference session does not match the evaluated one");
+  }
   std::vector<float> logits(ctx * n_vocab);
+  std::vector<float> ref_logits(ref != nullptr ? ctx * n_vocab : 0);
+  NllAccumulator ref_acc;
+  KldAccumulator kld;
   std::vector<int32_t> window(ctx);
   NllAccumulator acc;
   const int64_t first = ctx / 2;
@@ -52,10 +59,23 @@ Result<PerplexityResult> RunPerplexity(Session& session, std::span<const int32_t
     for (int64_t j = first; j < ctx - 1; ++j) {
       acc.Add(NegLogLikelihood(&logits[j * n_vocab], n_vocab, window[j + 1]));
     }
+    if (ref != nullptr) {
+      KVPACK_RETURN_IF_ERROR(ref->Reset());
+      KVPACK_RETURN_IF_ERROR(ref->Eval(window, LogitsFor::kEveryToken, ref_logits.data()));
+      for (int64_t j = first; j < ctx - 1; ++j) {
+        ref_acc.Add(NegLogLikelihood(&ref_logits[j * n_vocab], n_vocab, window[j + 1]));
+        kld.Add(&ref_logits[j * n_vocab], &logits[j * n_vocab], n_vocab);
+      }
+    }
     if (progress) progress(w + 1, n_windows, std::exp(acc.mean()));
   }
   PerplexityResult r = acc.Result();
   r.n_windows = n_windows;
+  if (ref != nullptr) {
+    r.has_kld = true;
+    r.kld = kld.Summary();
+    r.reference_ppl = ref_acc.Result().ppl;
+  }
   return r;
 }
 

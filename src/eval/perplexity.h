@@ -12,12 +12,16 @@
 #include <vector>
 
 #include "engine/session.h"
+#include "eval/kl_divergence.h"
 
 namespace kvpack {
 
 struct PerplexityOptions {
   int64_t n_ctx = 512;
   int64_t max_windows = 0;  // 0: all
+  // When set, every window also runs through this session (usually an f32 cache) and the
+  // scored positions' next-token distributions are compared with it (KL divergence).
+  Session* reference = nullptr;
 };
 
 struct PerplexityResult {
@@ -26,6 +30,9 @@ struct PerplexityResult {
   double mean_nll = 0.0;
   double ppl = 0.0;
   double ppl_stderr = 0.0;    // ppl * sqrt(var(nll) / (n - 1)), as llama.cpp
+  bool has_kld = false;       // options.reference was set
+  KldSummary kld;             // KL(P_reference || P_session) over the scored positions
+  double reference_ppl = 0.0; // PPL of the reference session on the same positions
 };
 
 // Progress callback: (windows done, windows total, PPL so far).

@@ -52,6 +52,42 @@ TEST(PerplexityE2e, WindowsAndScoringFollowTheProtocol) {
   EXPECT_NEAR(r1->ppl, r->ppl, 1e-4 * r->ppl);
 }
 
+// --kld semantics: an f32 session against an f32 reference gives KLD exactly 0 and full
+// top-1 agreement; a 2-bit cache gives a clearly positive KLD; the reported reference PPL is
+// the f32 run's own PPL.
+TEST(PerplexityE2e, KlDivergenceAgainstAnF32Reference) {
+  Result<TextModel> m = TextModel::Load(kDir + "/models/stories260K.gguf");
+  ASSERT_TRUE(m.ok());
+  std::ifstream in(kDir + "/data/tinystories/tinystories_val_head.txt");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::vector<int32_t> tokens = m->tokenizer->Encode(ss.str().substr(0, 3000), true);
+  SessionOptions so{.n_ctx = 128, .n_threads = 2, .n_batch = 128, .kv_spec = "f32"};
+  auto ref = Session::Create(m->llama, so);
+  auto same = Session::Create(m->llama, so);
+  ASSERT_TRUE(ref.ok() && same.ok());
+  PerplexityOptions po{.n_ctx = 128, .max_windows = 3, .reference = ref->get()};
+  Result<PerplexityResult> r = RunPerplexity(**same, tokens, m->tokenizer->bos(), po);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(r->has_kld);
+  EXPECT_EQ(r->kld.n, r->n_scored);
+  EXPECT_EQ(r->kld.max, 0.0);
+  EXPECT_EQ(r->kld.same_top1, 1.0);
+  EXPECT_DOUBLE_EQ(r->reference_ppl, r->ppl);
+
+  so.kv_spec = "kivi:bits=2,residual=32";
+  so.n_batch = 1;
+  auto lossy = Session::Create(m->llama, so);
+  ASSERT_TRUE(lossy.ok());
+  Result<PerplexityResult> q = RunPerplexity(**lossy, tokens, m->tokenizer->bos(), po);
+  ASSERT_TRUE(q.ok());
+  EXPECT_DOUBLE_EQ(q->reference_ppl, r->ppl);
+  EXPECT_GT(q->kld.mean, 1e-3);
+  EXPECT_GE(q->kld.p99, q->kld.median);
+  EXPECT_LT(q->kld.same_top1, 1.0);
+  EXPECT_GT(q->kld.same_top1, 0.5);  // degraded, not destroyed (measured 0.87 at 512 ctx)
+}
+
 TEST(PerplexityE2e, TooShortTextIsAnError) {
   Result<TextModel> m = TextModel::Load(kDir + "/models/stories260K.gguf");
   ASSERT_TRUE(m.ok());

@@ -12,7 +12,7 @@ Runner RegisterPerplexity(CLI::App& app) {
     std::string model, file, kv = "f16";
     int64_t n_ctx = 512, max_bytes = 0, max_windows = 0, n_batch = 0;
     int threads = 1;
-    bool quiet = false;
+    bool quiet = false, kld = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -25,9 +25,12 @@ Runner RegisterPerplexity(CLI::App& app) {
   cmd->add_option("--chunks", args->max_windows, "evaluate at most N windows (0: all)")
       ->capture_default_str();
   cmd->add_option("-t,--threads", args->threads, "threads")->capture_default_str();
-  cmd->add_option("-b,--batch", args->n_batch, "chunk length (0: whole window for f32/f16/bf16, 1 = decode semantics for compressing codecs)")
+  cmd->add_option("-b,--batch", args->n_batch, "chunk length (0: whole window for an f32 cache, else 1 = decode semantics)")
       ->capture_default_str();
   cmd->add_option("--kv", args->kv, "KV cache spec")->capture_default_str();
+  cmd->add_flag("--kld", args->kld,
+                "also run an f32-cache reference in the same run and report KL divergence "
+                "(mean, 99th percentile) and same-top-1 rate");
   cmd->add_flag("-q,--quiet", args->quiet, "no progress bar");
 
   return [args]() -> int {
@@ -38,19 +41,28 @@ Runner RegisterPerplexity(CLI::App& app) {
     SessionOptions so;
     so.n_ctx = args->n_ctx;
     so.n_threads = args->threads;
-    // Decode semantics (docs/evaluation.md): with a compressing codec, the logits at t must
-    // come from the cache as it stands after t-1 appends, so the default chunk is 1 token;
-    // plain codecs give the same numbers with whole-window chunks.
+    // Decode semantics (docs/evaluation.md): the logits at t must come from the cache as it
+    // stands after t-1 appends, but a chunk attends to its own keys and values in full
+    // precision before storing them. So only an exact (f32) cache may run whole windows;
+    // every other codec (f16 included: its rounding is part of what is measured) defaults to
+    // 1-token chunks.
     Result<KvSpec> spec = ParseKvSpec(args->kv);
     if (!spec.ok()) return ReportError(spec.status());
-    auto plain = [](const MethodSpec& m) {
-      return m.name == "f32" || m.name == "f16" || m.name == "bf16";
-    };
-    const bool batchable = plain(spec->keys) && plain(spec->values) && !spec->policy;
+    const bool batchable =
+        spec->keys.name == "f32" && spec->values.name == "f32" && !spec->policy;
     so.n_batch = args->n_batch > 0 ? args->n_batch : (batchable ? args->n_ctx : 1);
     so.kv_spec = args->kv;
     Result<std::unique_ptr<Session>> session = Session::Create(model->llama, so);
     if (!session.ok()) return ReportError(session.status());
+    std::unique_ptr<Session> reference;
+    if (args->kld) {
+      SessionOptions ro = so;
+      ro.kv_spec = "f32";
+      ro.n_batch = args->n_ctx;  // plain cache: whole-window chunks give decode semantics
+      Result<std::unique_ptr<Session>> r = Session::Create(model->llama, ro);
+      if (!r.ok()) return ReportError(r.status());
+      reference = std::move(*r);
+    }
     const std::vector<int32_t> tokens = model->tokenizer->Encode(*text, /*add_special=*/true);
     std::fprintf(stderr, "%zu tokens, %lld windows of %lld\n", tokens.size(),
                  static_cast<long long>(tokens.size() / args->n_ctx),
@@ -58,6 +70,7 @@ Runner RegisterPerplexity(CLI::App& app) {
     PerplexityOptions po;
     po.n_ctx = args->n_ctx;
     po.max_windows = args->max_windows;
+    po.reference = reference.get();
     const bool quiet = args->quiet;
     Result<PerplexityResult> r = RunPerplexity(
         **session, tokens, model->tokenizer->bos(), po,
@@ -70,10 +83,20 @@ Runner RegisterPerplexity(CLI::App& app) {
           if (done == total) std::fputc('\n', stderr);
         });
     if (!r.ok()) return ReportError(r.status());
+    const MemoryUsage mem = (*session)->cache().Memory();
     std::printf("PPL = %.4f +/- %.5f  (%lld windows of %lld, %lld tokens scored, kv %s)\n", r->ppl,
                 r->ppl_stderr, static_cast<long long>(r->n_windows),
                 static_cast<long long>(args->n_ctx), static_cast<long long>(r->n_scored),
                 (*session)->cache().spec().ToString().c_str());
+    std::printf("KV bits/value = %.3f (last window, %lld values)\n", mem.bits_per_value(),
+                static_cast<long long>(mem.n_values));
+    if (r->has_kld) {
+      const KldSummary& k = r->kld;
+      std::printf("KLD vs f32: mean = %.6f +/- %.6f, median = %.6f, p99 = %.6f, max = %.6f\n",
+                  k.mean, k.mean_stderr, k.median, k.p99, k.max);
+      std::printf("same top-1 = %.4f  (f32 reference PPL = %.4f)\n", k.same_top1,
+                  r->reference_ppl);
+    }
     return 0;
   };
 }
