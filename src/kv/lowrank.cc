@@ -1,0 +1,90 @@
+#include "kv/lowrank.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvpack {
+namespace {
+
+// splitmix64 (Steele, Lea, Flood 2014): a fixed, portable sequence for a seed.
+uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+std::vector<double> PowerIterationStart(uint64_t seed, int d, int rank) {
+  std::vector<double> b(static_cast<size_t>(d) * rank);
+  uint64_t state = seed;
+  // 53 random bits -> [0, 1) -> [-1, 1).
+  for (double& v : b) v = 2.0 * (static_cast<double>(SplitMix64(state) >> 11) * 0x1.0p-53) - 1.0;
+  return b;
+}
+
+void OrthonormalizeColumns(double* m, int64_t rows, int cols) {
+  for (int j = 0; j < cols; ++j) {
+    double norm0 = 0.0;
+    for (int64_t i = 0; i < rows; ++i) norm0 += m[i * cols + j] * m[i * cols + j];
+    norm0 = std::sqrt(norm0);
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int k = 0; k < j; ++k) {
+        double dot = 0.0;
+        for (int64_t i = 0; i < rows; ++i) dot += m[i * cols + k] * m[i * cols + j];
+        for (int64_t i = 0; i < rows; ++i) m[i * cols + j] -= dot * m[i * cols + k];
+      }
+    }
+    double norm = 0.0;
+    for (int64_t i = 0; i < rows; ++i) norm += m[i * cols + j] * m[i * cols + j];
+    norm = std::sqrt(norm);
+    // What is left after removing the earlier directions is rounding noise when it is this
+    // small relative to the column (or the column was zero): the column adds no direction.
+    const bool dependent = !(norm > 1e-10 * norm0) || norm == 0.0;
+    const double inv = dependent ? 0.0 : 1.0 / norm;
+    for (int64_t i = 0; i < rows; ++i) m[i * cols + j] *= inv;
+  }
+}
+
+LowRankFactors PowerIterationLowRank(const float* x, int64_t n, int d, int64_t ld, int rank,
+                                     int iters, uint64_t seed) {
+  LowRankFactors f;
+  f.n = n;
+  f.d = d;
+  f.rank = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>({rank, n, d})));
+  const int r = f.rank;
+  f.a.assign(static_cast<size_t>(n) * r, 0.0);
+  f.b.assign(static_cast<size_t>(d) * r, 0.0);
+  if (r == 0) return f;
+  f.b = PowerIterationStart(seed, d, r);
+  for (int it = 0; it < std::max(iters, 1); ++it) {
+    OrthonormalizeColumns(f.b.data(), d, r);
+    // A = X B  [n, r]
+    for (int64_t t = 0; t < n; ++t) {
+      const float* row = x + t * ld;
+      double* a = &f.a[t * r];
+      for (int k = 0; k < r; ++k) a[k] = 0.0;
+      for (int c = 0; c < d; ++c) {
+        const double v = row[c];
+        const double* b = &f.b[static_cast<size_t>(c) * r];
+        for (int k = 0; k < r; ++k) a[k] += v * b[k];
+      }
+    }
+    OrthonormalizeColumns(f.a.data(), n, r);
+    // B = X^T A  [d, r]
+    std::fill(f.b.begin(), f.b.end(), 0.0);
+    for (int64_t t = 0; t < n; ++t) {
+      const float* row = x + t * ld;
+      const double* a = &f.a[t * r];
+      for (int c = 0; c < d; ++c) {
+        const double v = row[c];
+        double* b = &f.b[static_cast<size_t>(c) * r];
+        for (int k = 0; k < r; ++k) b[k] += v * a[k];
+      }
+    }
+  }
+  return f;
+}
+
+}  // namespace kvpack
