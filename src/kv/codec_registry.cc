@@ -1,6 +1,7 @@
 #include "kv/codec_registry.h"
 
 #include "kv/codecs/flexgen_codec.h"
+#include "kv/codecs/gear_codec.h"
 #include "kv/codecs/ggml_block_codec.h"
 #include "kv/codecs/hf_codec.h"
 #include "kv/codecs/kcvt_codec.h"
@@ -47,6 +48,14 @@ std::vector<CodecInfo> BuildRegistry() {
                     {"nbits", "q_group_size", "residual_length", "axis_key", "axis_value",
                      "backend", "mode"},
                     MakeHfStore});
+  codecs.push_back({"gear", "GEAR: quantization backbone + per-head low-rank error + outliers",
+                    {"bits", "backbone", "group", "sparsity", "rank_prefill", "rank_decode",
+                     "iters", "buffer"},
+                    MakeGearStore});
+  codecs.push_back({"gear-l", "GEAR-L: quantization backbone + per-head low-rank error",
+                    {"bits", "backbone", "group", "rank_prefill", "rank_decode", "iters",
+                     "buffer"},
+                    MakeGearStore});
   return codecs;
 }
 

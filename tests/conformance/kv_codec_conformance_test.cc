@@ -216,6 +216,66 @@ const std::map<std::string, Format>& Formats() {
           return static_cast<size_t>(kHeads * (quant + res * d * 2));
         },
         [](const MethodSpec& s) { return Str(s, "mode", "append") != "hf"; }};
+    // gear / gear-l (src/kv/codecs/gear_codec.h): the first Append is one block, then
+    // blocks of n_b; bytes per block = backbone + per head A [n, r], B [d, r] fp16 (r =
+    // min(rank, n, d)) and a 12-byte block-table entry + 8 bytes per outlier; the buffer is
+    // fp16. Error: |R| <= Q_b's bound on the backbone (outliers are kept out of every
+    // group's min/max), L = A A^T R has |L_tc| <= ||R_{:,c}||_2 <= sqrt(n) max|R| (plus 2
+    // fp16 roundings of the factors), the input is rounded to fp16 first; at outliers the
+    // error is the fp16 rounding of X - D^ - L. n <= max(n_b, 16): the tests' first Append
+    // is shorter than 16 tokens.
+    for (const char* name : {"gear", "gear-l"}) {
+      const bool sparse = std::string(name) == "gear";
+      f[name] = {
+          sparse ? std::vector<std::string>{"gear", "gear:bits=4",
+                                            "gear:bits=8,backbone=kivi,group=16,buffer=20,"
+                                            "sparsity=0.1,rank_decode=3,iters=5",
+                                            "gear:bits=4,backbone=flexgen,group=32,buffer=16,"
+                                            "rank_prefill=8,rank_decode=0"}
+                 : std::vector<std::string>{"gear-l", "gear-l:bits=4",
+                                            "gear-l:bits=2,backbone=kcvt,buffer=7,rank_decode=1"},
+          [](const MethodSpec& s, KvComponent, double range, double amax) {
+            const int64_t bits = Int(s, "bits", 2);
+            const std::string bb = Str(s, "backbone", bits == 2 ? "kivi" : "kcvt");
+            const double n_max = std::max<int64_t>(Int(s, "buffer", bb == "kivi" ? 64 : 20), 16);
+            const double q = QbBound(static_cast<int>(bits), range, amax);
+            return q * (1 + (1 + 3 * kFp16Eps) * std::sqrt(n_max)) + 4 * amax * kFp16Eps;
+          },
+          [](const MethodSpec& s) { return Int(s, "bits", 2) == 2 ? 0.02 : 0.0; },
+          [sparse](const MethodSpec& s, KvComponent c, const std::vector<int64_t>& ch, int d) {
+            const int64_t b = Int(s, "bits", 2);
+            const std::string bb = Str(s, "backbone", b == 2 ? "kivi" : "kcvt");
+            const int64_t g = Int(s, "group", 64), nb = Int(s, "buffer", bb == "kivi" ? 64 : 20);
+            const int64_t rp = Int(s, "rank_prefill", 4), rg = Int(s, "rank_decode", 2);
+            const double sp = sparse ? std::stod(Str(s, "sparsity", "0.02")) : 0.0;
+            auto per_side = [sp](int64_t m) {
+              return sp > 0 ? std::min<int64_t>(std::llround(sp / 2 * m), (m - 1) / 2) : 0;
+            };
+            const int64_t row = Ceil(d * b, 8), gc = std::min<int64_t>(g, d);
+            std::vector<std::pair<int64_t, int64_t>> blocks;  // (tokens, rank)
+            const int64_t n = Total(ch), prompt = ch.empty() ? 0 : ch[0];
+            if (prompt > 0) blocks.push_back({prompt, rp});
+            for (int64_t k = 0; k < (n - prompt) / nb; ++k) blocks.push_back({nb, rg});
+            const int64_t buf = (n - prompt) % nb;
+            int64_t bytes = buf * kHeads * d * 2;
+            for (auto [m, rank] : blocks) {
+              if (c == KvComponent::kKey) {
+                const int64_t groups = bb == "kivi" ? Ceil(m, g) : 1;
+                bytes += kHeads * (bb == "flexgen" ? m * (row + 4 * Ceil(d, gc))
+                                                   : m * row + groups * (4 * d + 8));
+                bytes += 8 * kHeads * d * 2 * per_side(m);
+              } else {
+                bytes += bb == "kcvt" ? m * (Ceil(kHeads * d * b, 8) + 4)
+                                      : kHeads * m * (row + 4 * Ceil(d, gc));
+                bytes += 8 * m * 2 * per_side(kHeads * d);
+              }
+              const int64_t r = std::min<int64_t>({rank, m, d});
+              bytes += kHeads * (2 * (m * r + d * r) + 12);
+            }
+            return static_cast<size_t>(bytes);
+          },
+          [](const MethodSpec&) { return false; }};
+    }
     return f;
   }();
   return formats;

@@ -1,0 +1,109 @@
+#include "kv/codecs/gear_outliers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace kvpack {
+namespace {
+
+// Marks the k smallest and k largest of the m entries x[pos[j]] (j < m), ties by position.
+void MarkExtremes(const float* x, std::vector<int64_t>& pos, int64_t k, uint8_t* mask) {
+  if (k == 0) return;
+  auto less = [x](int64_t a, int64_t b) { return x[a] < x[b] || (x[a] == x[b] && a < b); };
+  nth_element(pos.begin(), pos.begin() + k, pos.end(), less);  // [0, k): the k smallest
+  nth_element(pos.begin() + k, pos.end() - k, pos.end(), less);  // [m - k, m): the k largest
+  for (int64_t j = 0; j < k; ++j) mask[pos[j]] = 1;
+  for (auto it = pos.end() - k; it != pos.end(); ++it) mask[*it] = 1;
+}
+
+// Replaces the masked entries among x[pos[j]], j < m (one backbone group), in y.
+void FillGroup(const float* x, const uint8_t* mask, const int64_t* pos, int64_t m, float* y) {
+  float lo = std::numeric_limits<float>::infinity();
+  bool any_masked = false;
+  for (int64_t j = 0; j < m; ++j) {
+    if (mask[pos[j]]) {
+      any_masked = true;
+    } else {
+      lo = std::min(lo, x[pos[j]]);
+    }
+  }
+  if (!any_masked) return;
+  const float fill = std::isfinite(lo) ? lo : 0.0f;
+  for (int64_t j = 0; j < m; ++j) {
+    if (mask[pos[j]]) y[pos[j]] = fill;
+  }
+}
+
+}  // namespace
+
+int64_t OutliersPerSide(double sparsity, int64_t m) {
+  if (m <= 0 || sparsity <= 0.0) return 0;
+  return std::min<int64_t>(std::llround(sparsity / 2 * static_cast<double>(m)), (m - 1) / 2);
+}
+
+void SelectOutliers(const float* x, int64_t n, int n_heads, int head_dim, KvComponent component,
+                    double sparsity, uint8_t* mask) {
+  const int64_t row_len = static_cast<int64_t>(n_heads) * head_dim;
+  std::memset(mask, 0, static_cast<size_t>(n * row_len));
+  std::vector<int64_t> pos;
+  if (component == KvComponent::kKey) {
+    const int64_t k = OutliersPerSide(sparsity, n);
+    if (k == 0) return;
+    pos.resize(n);
+    for (int64_t col = 0; col < row_len; ++col) {  // (head, channel)
+      for (int64_t t = 0; t < n; ++t) pos[t] = t * row_len + col;
+      MarkExtremes(x, pos, k, mask);
+    }
+  } else {
+    const int64_t k = OutliersPerSide(sparsity, row_len);
+    if (k == 0) return;
+    pos.resize(row_len);
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t j = 0; j < row_len; ++j) pos[j] = t * row_len + j;
+      MarkExtremes(x, pos, k, mask);
+    }
+  }
+}
+
+void SubstituteOutliers(const float* x, const uint8_t* mask, int64_t n, int n_heads,
+                        int head_dim, const BackboneGroups& groups, float* y) {
+  const int64_t row_len = static_cast<int64_t>(n_heads) * head_dim;
+  std::memcpy(y, x, static_cast<size_t>(n * row_len) * sizeof(float));
+  std::vector<int64_t> pos;
+  switch (groups.kind) {
+    case BackboneGroups::Kind::kTokenRunsPerChannel:
+      for (int64_t col = 0; col < row_len; ++col) {
+        for (int64_t t0 = 0; t0 < n; t0 += groups.run) {
+          const int64_t m = std::min(groups.run, n - t0);
+          pos.resize(m);
+          for (int64_t j = 0; j < m; ++j) pos[j] = (t0 + j) * row_len + col;
+          FillGroup(x, mask, pos.data(), m, y);
+        }
+      }
+      break;
+    case BackboneGroups::Kind::kChannelRunsPerToken:
+      for (int64_t t = 0; t < n; ++t) {
+        for (int h = 0; h < n_heads; ++h) {
+          for (int64_t c0 = 0; c0 < head_dim; c0 += groups.run) {
+            const int64_t m = std::min<int64_t>(groups.run, head_dim - c0);
+            pos.resize(m);
+            for (int64_t j = 0; j < m; ++j) pos[j] = t * row_len + h * head_dim + c0 + j;
+            FillGroup(x, mask, pos.data(), m, y);
+          }
+        }
+      }
+      break;
+    case BackboneGroups::Kind::kWholeTokenRow:
+      pos.resize(row_len);
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t j = 0; j < row_len; ++j) pos[j] = t * row_len + j;
+        FillGroup(x, mask, pos.data(), row_len, y);
+      }
+      break;
+  }
+}
+
+}  // namespace kvpack

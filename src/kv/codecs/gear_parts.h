@@ -1,0 +1,100 @@
+// GEAR's two error-reduction parts for one KV head (METHODS.md 1.7 steps 3-4), each with the
+// fused forms attention uses, so that X^ = D^ + L + S is never materialised:
+//   - LowRankBlocks: per compressed block, L = A B^T with A [n_rows, rank], B [head_dim, rank]
+//     in fp16; q.L^T = (q.B).A^T and p.L = (p.A).B^T (down-projection first, paper section 4);
+//   - SparseOutliers: (row, channel, fp16 value) entries sorted by row; q.S and p.S touch only
+//     the entries of the rows asked for.
+// Rows are the head's compressed tokens in storage order. Keep() implements eviction: a
+// block that loses tokens drops their rows of A and keeps B (the survivors' L rows are
+// unchanged); a block with no survivor is freed; evicted tokens' entries of S are freed.
+#ifndef KVPACK_KV_CODECS_GEAR_PARTS_H_
+#define KVPACK_KV_CODECS_GEAR_PARTS_H_
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "kv/component_store.h"
+
+namespace kvpack {
+
+class LowRankBlocks {
+ public:
+  static constexpr int kMaxRank = 64;
+  // Block-table bytes per block, counted in MemoryUsage::other_bytes: the first row (int64)
+  // and the rank (int32).
+  static constexpr size_t kBlockTableBytes = 12;
+
+  explicit LowRankBlocks(int d) : d_(d) {}
+
+  int64_t n_rows() const { return n_rows_; }
+  int64_t n_blocks() const { return static_cast<int64_t>(blocks_.size()); }
+
+  // Appends a block of n rows. a: [n, rank] fp16, b: [d, rank] fp16 (row-major);
+  // rank <= kMaxRank.
+  void AppendBlock(const uint16_t* a, const uint16_t* b, int64_t n, int rank);
+  // out[(r - r0) * d + c] += L[r, c] for r in [r0, r1).
+  void AddDecode(int64_t r0, int64_t r1, float* out) const;
+  // scores[i * ld + (r - r0)] += dot(q[i], L[r]).  q: [n_q, d].
+  void AddScores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
+                 int64_t ld) const;
+  // out[i * d + c] += sum_r p[i * ld + (r - r0)] * L[r, c].  out: [n_q, d].
+  void AddAccumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld,
+                     float* out) const;
+  void Keep(std::span<const int64_t> keep);
+  // factor_bytes: 2 bytes per element of A and B; other_bytes: kBlockTableBytes per block.
+  void AddMemory(MemoryUsage& m) const;
+
+ private:
+  struct Block {
+    int64_t first = 0;  // first row
+    int64_t n = 0;      // rows
+    int rank = 0;
+    AlignedBuffer<uint16_t> a;  // [n, rank] fp16
+    AlignedBuffer<uint16_t> b;  // [d, rank] fp16
+  };
+  // Index of the first block holding a row >= r.
+  size_t FirstBlockAtOrAfter(int64_t r) const;
+
+  int d_;
+  int64_t n_rows_ = 0;
+  std::vector<Block> blocks_;  // ascending `first`, contiguous rows
+};
+
+class SparseOutliers {
+ public:
+  struct Entry {
+    int32_t row;
+    uint16_t channel;
+    uint16_t value;  // fp16
+  };
+  static_assert(sizeof(Entry) == 8);
+
+  explicit SparseOutliers(int d) : d_(d) {}
+
+  int64_t n_entries() const { return static_cast<int64_t>(entries_.size()); }
+  // Entries must arrive sorted by row (then channel) and after every existing row.
+  void Append(const Entry& e) { entries_.push_back(e); }
+  const std::vector<Entry>& entries() const { return entries_; }
+
+  void AddDecode(int64_t r0, int64_t r1, float* out) const;  // out: [r1 - r0, d]
+  void AddScores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
+                 int64_t ld) const;
+  void AddAccumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld,
+                     float* out) const;
+  // Keeps the entries of rows `keep` (ascending), renumbered to their new row indices.
+  void Keep(std::span<const int64_t> keep);
+  // sparse_bytes: sizeof(Entry) per entry (index and fp16 value).
+  void AddMemory(MemoryUsage& m) const;
+
+ private:
+  std::vector<Entry>::const_iterator LowerBound(int64_t row) const;
+
+  int d_;
+  std::vector<Entry> entries_;  // sorted by (row, channel)
+};
+
+}  // namespace kvpack
+
+#endif  // KVPACK_KV_CODECS_GEAR_PARTS_H_
