@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/half.h"
+#include "ops/code_unpack.h"
 #include "ops/vec.h"
 
 namespace kvpack {
@@ -207,95 +208,69 @@ void TokenGroupRows::AppendRow(const float* row) {
   ++n_rows_;
 }
 
-void TokenGroupRows::Decode(int64_t r0, int64_t r1, int c0, int n, float* out) const {
-  for (int64_t r = r0; r < r1; ++r) {
-    float* o = out + (r - r0) * n;
-    UnpackCodes(&codes_[r * row_bytes_], c0, n, bits_, o);
-    for (int j = 0; j < n; ++j) {
-      const GroupParams gp = Params(r, (c0 + j) / group_);
-      o[j] = o[j] * Fp16ToFp32(gp.scale) + Fp16ToFp32(gp.min);
-    }
+// Rows are expanded tile by tile (kTileRows rows of codes -> floats in a thread-local buffer
+// that stays in L1/L2) and handed to the tile kernels of ops/vec.h: attention reads the
+// compressed bytes once and never holds more than one tile of floats per thread.
+namespace {
+constexpr int64_t kTileRows = 64;
+
+struct TileScratch {
+  std::vector<float> values;  // [kTileRows, width]
+  std::vector<uint8_t> codes; // [width]
+  std::vector<float> scale, min;
+};
+TileScratch& Scratch(int64_t width) {
+  thread_local TileScratch s;
+  if (static_cast<int64_t>(s.codes.size()) < width) {
+    s.values.resize(kTileRows * width);
+    s.codes.resize(width);
+    s.scale.resize(width);
+    s.min.resize(width);
+  }
+  return s;
+}
+}  // namespace
+
+void TokenGroupRows::DecodeRow(int64_t r, int c0, int n, uint8_t* codes, float* out) const {
+  UnpackCodesU8(&codes_[r * row_bytes_], c0, n, bits_, codes);
+  for (int c = c0; c < c0 + n;) {
+    const int g = c / group_;
+    const int end = std::min(c0 + n, (g + 1) * group_);
+    const GroupParams gp = Params(r, g);
+    DequantizeCodes(codes + (c - c0), end - c, Fp16ToFp32(gp.scale), Fp16ToFp32(gp.min),
+                    out + (c - c0));
+    c = end;
   }
 }
 
-namespace {
-// The parts of a column window [c0, c0 + n) that fall in each group: window offsets
-// [a, b) of group g.
-struct Segment {
-  int g, a, b;
-};
-int WindowSegments(int c0, int n, int group, Segment* segs) {
-  int k = 0;
-  for (int c = c0; c < c0 + n;) {
-    const int g = c / group;
-    const int end = std::min(c0 + n, (g + 1) * group);
-    segs[k++] = {g, c - c0, end - c0};
-    c = end;
-  }
-  return k;
+void TokenGroupRows::Decode(int64_t r0, int64_t r1, int c0, int n, float* out) const {
+  TileScratch& t = Scratch(n);
+  for (int64_t r = r0; r < r1; ++r) DecodeRow(r, c0, n, t.codes.data(), out + (r - r0) * n);
 }
-}  // namespace
 
 void TokenGroupRows::Scores(int64_t r0, const int64_t* rows, int64_t n_sel, int c0, int n,
                             const float* q, int n_q, float* scores, int64_t ld,
                             int64_t col0) const {
-  std::vector<Segment> segs(n / group_ + 2);
-  const int n_seg = WindowSegments(c0, n, group_, segs.data());
-  // sum of each query over each segment: the min term.
-  std::vector<float> qsum(static_cast<size_t>(n_q) * n_seg);
-  for (int i = 0; i < n_q; ++i) {
-    for (int s = 0; s < n_seg; ++s) {
-      float acc = 0.0f;
-      for (int c = segs[s].a; c < segs[s].b; ++c) acc += q[i * n + c];
-      qsum[i * n_seg + s] = acc;
+  TileScratch& t = Scratch(n);
+  for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
+    const int64_t k1 = std::min(n_sel, k0 + kTileRows);
+    for (int64_t k = k0; k < k1; ++k) {
+      DecodeRow(rows ? rows[k] : r0 + k, c0, n, t.codes.data(), &t.values[(k - k0) * n]);
     }
-  }
-  std::vector<float> buf(n);
-  std::vector<float> sc(n_seg), mn(n_seg);
-  for (int64_t k = 0; k < n_sel; ++k) {
-    const int64_t r = rows ? rows[k] : r0 + k;
-    UnpackCodes(&codes_[r * row_bytes_], c0, n, bits_, buf.data());
-    for (int s = 0; s < n_seg; ++s) {
-      const GroupParams gp = Params(r, segs[s].g);
-      sc[s] = Fp16ToFp32(gp.scale);
-      mn[s] = Fp16ToFp32(gp.min);
-    }
-    for (int i = 0; i < n_q; ++i) {
-      float acc = 0.0f;
-      for (int s = 0; s < n_seg; ++s) {
-        const int a = segs[s].a, len = segs[s].b - a;
-        acc += sc[s] * DotF32(q + i * n + a, buf.data() + a, len) + mn[s] * qsum[i * n_seg + s];
-      }
-      scores[i * ld + col0 + k] = acc;
-    }
+    DotRowsF32(t.values.data(), k1 - k0, n, q, n_q, scores + col0 + k0, ld);
   }
 }
 
 void TokenGroupRows::Accumulate(int64_t r0, const int64_t* rows, int64_t n_sel, int c0, int n,
                                 const float* p, int n_q, int64_t ld, int64_t col0,
                                 float* out) const {
-  std::vector<Segment> segs(n / group_ + 2);
-  const int n_seg = WindowSegments(c0, n, group_, segs.data());
-  std::vector<float> buf(n);
-  std::vector<float> sc(n_seg), mn(n_seg);
-  for (int64_t k = 0; k < n_sel; ++k) {
-    const int64_t r = rows ? rows[k] : r0 + k;
-    UnpackCodes(&codes_[r * row_bytes_], c0, n, bits_, buf.data());
-    for (int s = 0; s < n_seg; ++s) {
-      const GroupParams gp = Params(r, segs[s].g);
-      sc[s] = Fp16ToFp32(gp.scale);
-      mn[s] = Fp16ToFp32(gp.min);
+  TileScratch& t = Scratch(n);
+  for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
+    const int64_t k1 = std::min(n_sel, k0 + kTileRows);
+    for (int64_t k = k0; k < k1; ++k) {
+      DecodeRow(rows ? rows[k] : r0 + k, c0, n, t.codes.data(), &t.values[(k - k0) * n]);
     }
-    for (int i = 0; i < n_q; ++i) {
-      const float w = p[i * ld + col0 + k];
-      if (w == 0.0f) continue;
-      float* o = out + i * n;
-      for (int s = 0; s < n_seg; ++s) {
-        const float a_s = w * sc[s], b_s = w * mn[s];
-        const float* b = buf.data();
-        for (int c = segs[s].a; c < segs[s].b; ++c) o[c] += a_s * b[c] + b_s;
-      }
-    }
+    AxpyRowsF32(p + col0 + k0, n_q, ld, t.values.data(), k1 - k0, n, out);
   }
 }
 
@@ -362,76 +337,39 @@ int64_t ChannelBlocks::BlockOf(int64_t r) const {
 }
 
 void ChannelBlocks::Decode(int64_t r0, int64_t r1, float* out) const {
-  std::vector<float> sc(d_), mn(d_);
-  int64_t cur = -1;
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t b = BlockOf(r);
-    if (b != cur) {
-      cur = b;
-      for (int c = 0; c < d_; ++c) {
-        sc[c] = Fp16ToFp32(params_[b * 2 * d_ + c]);
-        mn[c] = Fp16ToFp32(params_[b * 2 * d_ + d_ + c]);
-      }
+  if (r0 >= r1) return;
+  TileScratch& t = Scratch(d_);
+  for (int64_t b = BlockOf(r0); b < n_blocks() && block_start_[b] < r1; ++b) {
+    const int64_t bs = std::max(r0, block_start_[b]);
+    const int64_t be = std::min(r1, b + 1 < n_blocks() ? block_start_[b + 1] : n_rows_);
+    ConvertF16ToF32(&params_[b * 2 * d_], t.scale.data(), d_);
+    ConvertF16ToF32(&params_[b * 2 * d_ + d_], t.min.data(), d_);
+    for (int64_t r = bs; r < be; ++r) {
+      UnpackCodesU8(&codes_[r * row_bytes_], 0, d_, bits_, t.codes.data());
+      DequantizeCodesPerChannel(t.codes.data(), d_, t.scale.data(), t.min.data(),
+                                out + (r - r0) * d_);
     }
-    float* o = out + (r - r0) * d_;
-    UnpackCodes(&codes_[r * row_bytes_], 0, d_, bits_, o);
-    for (int c = 0; c < d_; ++c) o[c] = o[c] * sc[c] + mn[c];
   }
 }
 
 void ChannelBlocks::Scores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
                            int64_t ld, int64_t col0) const {
-  if (r0 >= r1) return;
-  const size_t d = d_;
-  std::vector<float> qs(n_q * d), qm(n_q), buf(d), sc(d), mn(d);
-  for (int64_t b = BlockOf(r0); b < n_blocks() && block_start_[b] < r1; ++b) {
-    const int64_t bs = std::max(r0, block_start_[b]);
-    const int64_t be = std::min(r1, b + 1 < n_blocks() ? block_start_[b + 1] : n_rows_);
-    for (size_t c = 0; c < d; ++c) {
-      sc[c] = Fp16ToFp32(params_[b * 2 * d + c]);
-      mn[c] = Fp16ToFp32(params_[b * 2 * d + d + c]);
-    }
-    // q.(code*scale + min) = (q*scale).code + q.min
-    for (int i = 0; i < n_q; ++i) {
-      for (size_t c = 0; c < d; ++c) qs[i * d + c] = q[i * d + c] * sc[c];
-      qm[i] = DotF32(q + i * d, mn.data(), d);
-    }
-    for (int64_t r = bs; r < be; ++r) {
-      UnpackCodes(&codes_[r * row_bytes_], 0, d_, bits_, buf.data());
-      for (int i = 0; i < n_q; ++i) {
-        scores[i * ld + col0 + (r - r0)] = DotF32(&qs[i * d], buf.data(), d) + qm[i];
-      }
-    }
+  // Decode uses the scratch's codes/scale/min, the tile lives in its values.
+  std::vector<float>& tile = Scratch(d_).values;
+  for (int64_t a = r0; a < r1; a += kTileRows) {
+    const int64_t e = std::min(r1, a + kTileRows);
+    Decode(a, e, tile.data());
+    DotRowsF32(tile.data(), e - a, d_, q, n_q, scores + col0 + (a - r0), ld);
   }
 }
 
 void ChannelBlocks::Accumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld,
                                int64_t col0, float* out) const {
-  if (r0 >= r1) return;
-  const size_t d = d_;
-  std::vector<float> acc(n_q * d), psum(n_q), buf(d);
-  for (int64_t b = BlockOf(r0); b < n_blocks() && block_start_[b] < r1; ++b) {
-    const int64_t bs = std::max(r0, block_start_[b]);
-    const int64_t be = std::min(r1, b + 1 < n_blocks() ? block_start_[b + 1] : n_rows_);
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    std::fill(psum.begin(), psum.end(), 0.0f);
-    // sum_r p_r (code_r*scale + min) = scale * (sum_r p_r code_r) + min * sum_r p_r
-    for (int64_t r = bs; r < be; ++r) {
-      UnpackCodes(&codes_[r * row_bytes_], 0, d_, bits_, buf.data());
-      for (int i = 0; i < n_q; ++i) {
-        const float w = p[i * ld + col0 + (r - r0)];
-        psum[i] += w;
-        if (w != 0.0f) AxpyF32(w, buf.data(), &acc[i * d], d);
-      }
-    }
-    const uint16_t* sc = &params_[b * 2 * d];
-    const uint16_t* mn = sc + d;
-    for (int i = 0; i < n_q; ++i) {
-      float* o = out + i * d;
-      for (size_t c = 0; c < d; ++c) {
-        o[c] += Fp16ToFp32(sc[c]) * acc[i * d + c] + Fp16ToFp32(mn[c]) * psum[i];
-      }
-    }
+  std::vector<float>& tile = Scratch(d_).values;
+  for (int64_t a = r0; a < r1; a += kTileRows) {
+    const int64_t e = std::min(r1, a + kTileRows);
+    Decode(a, e, tile.data());
+    AxpyRowsF32(p + col0 + (a - r0), n_q, ld, tile.data(), e - a, d_, out);
   }
 }
 

@@ -9,10 +9,11 @@
 //   - Fp16Rows: the full-precision residual (stored as fp16, the precision the papers' caches
 //     use; the compression ratio is measured against an fp16 cache, METHODS.md 0).
 //
-// Design goals: the containers hold the real packed form; Scores/Accumulate work on it
-// directly, decoding one token row of codes at a time into a small float buffer (the fused
-// form of METHODS.md's formulas: q.(code*scale + min) = sum_c (q_c*scale_c)*code_c +
-// sum_c q_c*min_c, so per-channel key groups stream only integer codes).
+// Design goals: the containers hold the real packed form; Scores/Accumulate read it directly,
+// expanding one tile of at most 64 rows at a time into a thread-local float buffer that stays
+// in cache (SIMD unpack + dequantize, ops/code_unpack.h) and running the same tile kernels
+// as the f32 cache on it (ops/vec.h). The float form of the cache never exists beyond one
+// tile per thread; the bytes read from memory are the compressed ones.
 // Non-goals: thread safety of mutation; bit-exactness with the Python libraries (the
 // quantizer follows METHODS.md 0 exactly, HQQ follows the published update rules).
 #ifndef KVPACK_KV_CODECS_QUANT_COMMON_H_
@@ -95,6 +96,8 @@ class TokenGroupRows {
   void AddMemory(MemoryUsage& m) const;
 
  private:
+  // Row r's channels [c0, c0 + n) as floats; codes: [n] scratch.
+  void DecodeRow(int64_t r, int c0, int n, uint8_t* codes, float* out) const;
   GroupParams Params(int64_t r, int g) const {
     const uint16_t* p = &params_[(r * n_groups_ + g) * 2];
     return {p[0], p[1]};

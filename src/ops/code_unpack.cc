@@ -1,0 +1,130 @@
+// Highway implementations of code_unpack.h, compiled once per SIMD target (foreach_target).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/code_unpack.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include <cstring>
+
+#include "ops/code_unpack.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvpack {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Byte-aligned 2/4/8-bit streams, 16 source bytes at a time: split every byte into its
+// codes, then interleave them back into stream order (code i of byte j is code 8j/b + i).
+void UnpackCodesU8Impl(const uint8_t* src, int64_t first, size_t n, int bits, uint8_t* dst) {
+  const int64_t bit0 = first * bits;
+  size_t i = 0;
+#if HWY_TARGET != HWY_SCALAR
+  if ((bit0 & 7) == 0 && (bits == 2 || bits == 4 || bits == 8)) {
+    const uint8_t* p = src + (bit0 >> 3);
+    if (bits == 8) {
+      std::memcpy(dst, p, n);
+      return;
+    }
+    const hn::Full128<uint8_t> d8;
+    const hn::Full128<uint16_t> d16;
+    if (bits == 4) {
+      const auto mask = hn::Set(d8, 0x0F);
+      for (; i + 32 <= n; i += 32) {
+        const auto v = hn::LoadU(d8, p + i / 2);
+        const auto lo = hn::And(v, mask);
+        const auto hi = hn::And(hn::ShiftRight<4>(v), mask);
+        hn::StoreU(hn::InterleaveLower(d8, lo, hi), d8, dst + i);
+        hn::StoreU(hn::InterleaveUpper(d8, lo, hi), d8, dst + i + 16);
+      }
+    } else {
+      const auto mask = hn::Set(d8, 0x03);
+      for (; i + 64 <= n; i += 64) {
+        const auto v = hn::LoadU(d8, p + i / 4);
+        const auto c0 = hn::And(v, mask);
+        const auto c1 = hn::And(hn::ShiftRight<2>(v), mask);
+        const auto c2 = hn::And(hn::ShiftRight<4>(v), mask);
+        const auto c3 = hn::And(hn::ShiftRight<6>(v), mask);
+        // Bytes 0-7: pairs (c0,c1) and (c2,c3) per byte, then the pairs as 16-bit lanes.
+        const auto a_lo = hn::BitCast(d16, hn::InterleaveLower(d8, c0, c1));
+        const auto b_lo = hn::BitCast(d16, hn::InterleaveLower(d8, c2, c3));
+        const auto a_hi = hn::BitCast(d16, hn::InterleaveUpper(d8, c0, c1));
+        const auto b_hi = hn::BitCast(d16, hn::InterleaveUpper(d8, c2, c3));
+        hn::StoreU(hn::BitCast(d8, hn::InterleaveLower(d16, a_lo, b_lo)), d8, dst + i);
+        hn::StoreU(hn::BitCast(d8, hn::InterleaveUpper(d16, a_lo, b_lo)), d8, dst + i + 16);
+        hn::StoreU(hn::BitCast(d8, hn::InterleaveLower(d16, a_hi, b_hi)), d8, dst + i + 32);
+        hn::StoreU(hn::BitCast(d8, hn::InterleaveUpper(d16, a_hi, b_hi)), d8, dst + i + 48);
+      }
+    }
+  }
+#endif
+  if (i < n) UnpackCodesU8Ref(src, first + static_cast<int64_t>(i), n - i, bits, dst + i);
+}
+
+void DequantizeCodesImpl(const uint8_t* codes, size_t n, float scale, float min, float* out) {
+  const hn::ScalableTag<float> d;
+  const hn::Rebind<int32_t, decltype(d)> di;
+  const hn::Rebind<uint8_t, decltype(d)> d8;
+  const size_t N = hn::Lanes(d);
+  const auto vs = hn::Set(d, scale), vm = hn::Set(d, min);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto c = hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, codes + i)));
+    hn::StoreU(hn::MulAdd(c, vs, vm), d, out + i);
+  }
+  for (; i < n; ++i) out[i] = static_cast<float>(codes[i]) * scale + min;
+}
+
+void DequantizeCodesPerChannelImpl(const uint8_t* codes, size_t n, const float* scale,
+                                   const float* min, float* out) {
+  const hn::ScalableTag<float> d;
+  const hn::Rebind<int32_t, decltype(d)> di;
+  const hn::Rebind<uint8_t, decltype(d)> d8;
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto c = hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, codes + i)));
+    hn::StoreU(hn::MulAdd(c, hn::LoadU(d, scale + i), hn::LoadU(d, min + i)), d, out + i);
+  }
+  for (; i < n; ++i) out[i] = static_cast<float>(codes[i]) * scale[i] + min[i];
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kvpack
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kvpack {
+HWY_EXPORT(UnpackCodesU8Impl);
+HWY_EXPORT(DequantizeCodesImpl);
+HWY_EXPORT(DequantizeCodesPerChannelImpl);
+
+void UnpackCodesU8(const uint8_t* src, int64_t first, size_t n, int bits, uint8_t* dst) {
+  HWY_DYNAMIC_DISPATCH(UnpackCodesU8Impl)(src, first, n, bits, dst);
+}
+void DequantizeCodes(const uint8_t* codes, size_t n, float scale, float min, float* out) {
+  HWY_DYNAMIC_DISPATCH(DequantizeCodesImpl)(codes, n, scale, min, out);
+}
+void DequantizeCodesPerChannel(const uint8_t* codes, size_t n, const float* scale,
+                               const float* min, float* out) {
+  HWY_DYNAMIC_DISPATCH(DequantizeCodesPerChannelImpl)(codes, n, scale, min, out);
+}
+
+// Scalar twins: the bit-stream definition read literally.
+void UnpackCodesU8Ref(const uint8_t* src, int64_t first, size_t n, int bits, uint8_t* dst) {
+  const uint32_t mask = (1u << bits) - 1;
+  int64_t pos = first * bits;
+  for (size_t i = 0; i < n; ++i, pos += bits) {
+    uint32_t v = src[pos >> 3] >> (pos & 7);
+    if ((pos & 7) + bits > 8) v |= static_cast<uint32_t>(src[(pos >> 3) + 1]) << (8 - (pos & 7));
+    dst[i] = static_cast<uint8_t>(v & mask);
+  }
+}
+void DequantizeCodesRef(const uint8_t* codes, size_t n, float scale, float min, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(codes[i]) * scale + min;
+}
+void DequantizeCodesPerChannelRef(const uint8_t* codes, size_t n, const float* scale,
+                                  const float* min, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(codes[i]) * scale[i] + min[i];
+}
+}  // namespace kvpack
+#endif  // HWY_ONCE

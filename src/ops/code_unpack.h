@@ -1,0 +1,34 @@
+// Kernels that expand packed quantization codes (kv/codecs/quant_common.h's LSB-first bit
+// streams) and dequantize them to floats, SIMD through Highway with runtime dispatch, each
+// with a scalar twin (`...Ref`) that the tests compare against (tests/unit/ops_code_unpack_test.cc).
+//
+// Design goals: the quantized KV codecs expand one tile of cached rows at a time into a small
+// L1-resident float buffer and hand it to the tile dot/axpy kernels of vec.h, so the cost of
+// reading a compressed cache is its bytes plus a few vector instructions per value.
+// Non-goals: arbitrary bit offsets on the SIMD path (only streams starting on a byte
+// boundary with 2, 4 or 8 bits are vectorised; everything else takes the scalar path).
+#ifndef KVPACK_OPS_CODE_UNPACK_H_
+#define KVPACK_OPS_CODE_UNPACK_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvpack {
+
+// dst[i] = code first + i of the b-bit stream at src (bit (first + i) * b, LSB first), 1 <= b <= 8.
+void UnpackCodesU8(const uint8_t* src, int64_t first, size_t n, int bits, uint8_t* dst);
+void UnpackCodesU8Ref(const uint8_t* src, int64_t first, size_t n, int bits, uint8_t* dst);
+
+// out[i] = codes[i] * scale + min
+void DequantizeCodes(const uint8_t* codes, size_t n, float scale, float min, float* out);
+void DequantizeCodesRef(const uint8_t* codes, size_t n, float scale, float min, float* out);
+
+// out[i] = codes[i] * scale[i] + min[i]   (per-channel parameters)
+void DequantizeCodesPerChannel(const uint8_t* codes, size_t n, const float* scale,
+                               const float* min, float* out);
+void DequantizeCodesPerChannelRef(const uint8_t* codes, size_t n, const float* scale,
+                                  const float* min, float* out);
+
+}  // namespace kvpack
+
+#endif  // KVPACK_OPS_CODE_UNPACK_H_

@@ -1,0 +1,93 @@
+// SIMD code unpacking and dequantization against their scalar twins: every bit width,
+// aligned and unaligned first codes, sizes around the vector widths, misaligned pointers.
+#include "ops/code_unpack.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace kvpack {
+namespace {
+
+// Packs codes LSB-first exactly as the bit-stream definition says (independent of both
+// implementations under test).
+std::vector<uint8_t> Pack(const std::vector<uint8_t>& codes, int bits) {
+  std::vector<uint8_t> out((codes.size() * bits + 7) / 8 + 1, 0);
+  for (size_t i = 0; i < codes.size(); ++i) {
+    for (int b = 0; b < bits; ++b) {
+      if ((codes[i] >> b) & 1) {
+        const size_t pos = i * bits + b;
+        out[pos / 8] |= static_cast<uint8_t>(1u << (pos % 8));
+      }
+    }
+  }
+  return out;
+}
+
+TEST(CodeUnpack, MatchesTheBitStreamDefinitionForEveryWidthAndOffset) {
+  std::mt19937 rng(7);
+  for (int bits = 1; bits <= 8; ++bits) {
+    for (size_t n : {1, 15, 16, 31, 32, 33, 63, 64, 65, 127, 128, 200}) {
+      for (int64_t first : {0, 1, 3, 4, 8, 16}) {
+        std::vector<uint8_t> codes(first + n);
+        for (auto& c : codes) c = static_cast<uint8_t>(rng() & ((1u << bits) - 1));
+        const std::vector<uint8_t> packed = Pack(codes, bits);
+        std::vector<uint8_t> fast(n + 1, 0xEE), ref(n, 0);
+        UnpackCodesU8(packed.data(), first, n, bits, fast.data());
+        UnpackCodesU8Ref(packed.data(), first, n, bits, ref.data());
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(ref[i], codes[first + i]) << bits << " " << n << " " << first << " " << i;
+          ASSERT_EQ(fast[i], codes[first + i]) << bits << " " << n << " " << first << " " << i;
+        }
+        ASSERT_EQ(fast[n], 0xEE) << "wrote past the end";
+      }
+    }
+  }
+}
+
+TEST(CodeUnpack, MisalignedSourceAndDestination) {
+  std::vector<uint8_t> codes(256);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>((i * 7) & 15);
+  std::vector<uint8_t> packed = Pack(codes, 4);
+  packed.insert(packed.begin(), 0);  // source now starts one byte in
+  std::vector<uint8_t> out(258);
+  UnpackCodesU8(packed.data() + 1, 0, 256, 4, out.data() + 1);
+  for (size_t i = 0; i < 256; ++i) ASSERT_EQ(out[i + 1], codes[i]);
+}
+
+// Dequantization: c * s + m with the SIMD path's fused multiply-add may differ from the
+// scalar twin by one rounding of the product: |diff| <= ulp(|c * s| + |m|).
+TEST(CodeUnpack, DequantizeMatchesTheScalarTwin) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (size_t n : {1, 7, 8, 15, 16, 17, 64, 100}) {
+    std::vector<uint8_t> codes(n + 1);
+    for (auto& c : codes) c = static_cast<uint8_t>(rng() & 255);
+    std::vector<float> scale(n + 1), min(n + 1);
+    for (size_t i = 0; i <= n; ++i) {
+      scale[i] = u(rng);
+      min[i] = u(rng);
+    }
+    std::vector<float> a(n + 1), b(n + 1);
+    // Uniform parameters, misaligned by one element.
+    DequantizeCodes(codes.data() + 1, n, 0.37f, -1.25f, a.data() + 1);
+    DequantizeCodesRef(codes.data() + 1, n, 0.37f, -1.25f, b.data() + 1);
+    for (size_t i = 1; i <= n; ++i) {
+      const float bound = std::ldexp(1.0f, -23) * (codes[i] * 0.37f + 1.25f);
+      ASSERT_NEAR(a[i], b[i], bound) << n << " " << i;
+    }
+    DequantizeCodesPerChannel(codes.data() + 1, n, scale.data() + 1, min.data() + 1, a.data() + 1);
+    DequantizeCodesPerChannelRef(codes.data() + 1, n, scale.data() + 1, min.data() + 1,
+                                 b.data() + 1);
+    for (size_t i = 1; i <= n; ++i) {
+      const float bound =
+          std::ldexp(1.0f, -23) * (codes[i] * std::fabs(scale[i]) + std::fabs(min[i]));
+      ASSERT_NEAR(a[i], b[i], bound) << n << " " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvpack
