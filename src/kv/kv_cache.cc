@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "kv/codec_registry.h"
+#include "kv/eviction_policy_positions.h"
+#include "kv/policy_registry.h"
 
 namespace kvpack {
 
@@ -11,12 +13,14 @@ Result<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheShape& shape, cons
   if (shape.n_layers <= 0 || shape.n_kv_heads <= 0 || shape.head_dim <= 0) {
     return InvalidArgument("KV cache shape must be positive");
   }
-  if (spec.policy) {
-    return Unimplemented("KV policy '" + spec.policy->name +
-                         "': eviction policies are not available yet");
-  }
   std::unique_ptr<KvCache> cache(new KvCache(shape, spec));
   KVPACK_RETURN_IF_ERROR(cache->CreateStores());
+  if (spec.policy) {
+    KVPACK_ASSIGN_OR_RETURN(std::unique_ptr<EvictionPolicy> policy, CreatePolicy(*spec.policy));
+    KVPACK_RETURN_IF_ERROR(cache->SetPolicy(std::move(policy)));
+    // The canonical spec names every parameter of the policy, as it does for codecs.
+    KVPACK_ASSIGN_OR_RETURN(cache->spec_.policy, ParseMethodSpec(cache->policy_->spec()));
+  }
   return cache;
 }
 
@@ -36,6 +40,9 @@ Status KvCache::CreateStores() {
     KVPACK_ASSIGN_OR_RETURN(layers_[l].values, CreateStore(spec_.values, s));
     layers_[l].positions.assign(shape_.n_kv_heads, {});
   }
+  n_seen_.assign(shape_.n_layers, 0);
+  last_rows_.assign(shape_.n_layers, 0);
+  sequence_begun_ = false;
   return Status::Ok();
 }
 
@@ -51,9 +58,12 @@ Status KvCache::Append(int layer, const float* k, const float* v, const int32_t*
                              std::to_string(layer));
     }
   }
+  if (policy_ && !sequence_begun_) KVPACK_RETURN_IF_ERROR(BeginSequence({.n_prompt = n}));
   KVPACK_RETURN_IF_ERROR(L.keys->Append(k, n));
   KVPACK_RETURN_IF_ERROR(L.values->Append(v, n));
   for (int h = 0; h < shape_.n_kv_heads; ++h) L.positions[h].insert(L.positions[h].end(), pos, pos + n);
+  n_seen_[layer] += n;
+  last_rows_[layer] = n;
   UpdatePeak();
   return Status::Ok();
 }
@@ -77,6 +87,7 @@ Status KvCache::Retain(int layer, int head, std::span<const int64_t> keep) {
   kept.reserve(keep.size());
   for (int64_t i : keep) kept.push_back(p[i]);
   p.swap(kept);
+  if (policy_) policy_->OnRetain(layer, head, keep);
   return Status::Ok();
 }
 
@@ -97,6 +108,89 @@ MemoryUsage KvCache::Memory() const {
     total += L.values->Memory();
   }
   return total;
+}
+
+Status KvCache::SetPolicy(std::unique_ptr<EvictionPolicy> policy) {
+  if (max_tokens() != 0) return InvalidArgument("a policy can only be set on an empty KV cache");
+  if (policy && policy->positions() == PositionMode::kCompact) {
+    KVPACK_RETURN_IF_ERROR(CheckCompactPositionsCodec(spec_.keys, policy->spec()));
+  }
+  policy_ = std::move(policy);
+  sequence_begun_ = false;
+  return Status::Ok();
+}
+
+Status KvCache::BeginSequence(const SequencePlan& plan) {
+  if (max_tokens() != 0) {
+    return InvalidArgument("a sequence can only begin on an empty KV cache (Clear it first)");
+  }
+  if (plan.n_prompt < 0 || plan.n_generate < 0 || plan.budget_base < 0) {
+    return InvalidArgument("sequence plan lengths must be >= 0");
+  }
+  if (policy_) KVPACK_RETURN_IF_ERROR(policy_->Begin(shape_.n_layers, shape_.n_kv_heads, plan));
+  n_seen_.assign(shape_.n_layers, 0);
+  last_rows_.assign(shape_.n_layers, 0);
+  sequence_begun_ = true;
+  return Status::Ok();
+}
+
+int64_t KvCache::NextPosition(int64_t n_past) const {
+  return position_mode() == PositionMode::kCompact ? n_tokens(0, 0) : n_past;
+}
+
+ChunkContext KvCache::PendingChunk(int layer, int64_t n_rows) const {
+  return {layer, n_seen_[layer], n_rows};
+}
+
+ChunkContext KvCache::LastChunk(int layer) const {
+  return {layer, n_seen_[layer] - last_rows_[layer], last_rows_[layer]};
+}
+
+AttentionStatsRequest KvCache::StatsRequest(int layer, int64_t n_rows) const {
+  return policy_ ? policy_->StatsRequest(PendingChunk(layer, n_rows)) : AttentionStatsRequest{};
+}
+
+void KvCache::ObservePreRope(int layer, const PreRopeChunk& chunk) {
+  if (policy_) policy_->ObservePreRope(PendingChunk(layer, chunk.n_rows), chunk);
+}
+
+void KvCache::ObserveAttention(int layer, const AttentionStats& stats) {
+  if (!policy_) return;
+  const ChunkContext ctx = LastChunk(layer);
+  for (int h = 0; h < shape_.n_kv_heads; ++h) policy_->ObserveAttention(ctx, h, stats.per_head[h]);
+}
+
+Status KvCache::ApplyPolicy(int layer) {
+  if (!policy_) return Status::Ok();
+  const ChunkContext ctx = LastChunk(layer);
+  std::vector<int64_t> keep;
+  bool evicted = false;
+  for (int h = 0; h < shape_.n_kv_heads; ++h) {
+    if (!policy_->Plan(ctx, h, positions(layer, h), &keep)) continue;
+    if (static_cast<int64_t>(keep.size()) > policy_->token_budget()) {
+      return Internal("policy '" + policy_->spec() + "' planned " + std::to_string(keep.size()) +
+                      " tokens, over its budget of " + std::to_string(policy_->token_budget()));
+    }
+    KVPACK_RETURN_IF_ERROR(Retain(layer, h, keep));
+    evicted = true;
+  }
+  if (evicted && position_mode() == PositionMode::kCompact) {
+    KVPACK_RETURN_IF_ERROR(ShiftToCompactPositions(layer));
+  }
+  return Status::Ok();
+}
+
+Status KvCache::ShiftToCompactPositions(int layer) {
+  Layer& L = layers_[layer];
+  if (PositionsAreCompact(L.positions)) return Status::Ok();
+  if (!has_rope_) return Internal("positions=compact needs the RoPE parameters (set_rope)");
+  const StoreShape shape{layer, shape_.n_kv_heads, shape_.head_dim, KvComponent::kKey};
+  KVPACK_ASSIGN_OR_RETURN(
+      L.keys, RotateKeysToCompactPositions(*L.keys, spec_.keys, shape, L.positions, rope_));
+  for (auto& p : L.positions) {
+    for (size_t t = 0; t < p.size(); ++t) p[t] = static_cast<int32_t>(t);
+  }
+  return Status::Ok();
 }
 
 void KvCache::UpdatePeak() { peak_bytes_ = std::max(peak_bytes_, Memory().payload_bytes()); }
