@@ -37,9 +37,18 @@ class Session {
   static Result<std::unique_ptr<Session>> Create(std::shared_ptr<const LlamaModel> model,
                                                  const SessionOptions& options);
 
+  // Announces the sequence to the cache's eviction policy before its first token: the
+  // prompt length (fraction budgets resolve against it, or against plan.budget_base) and
+  // the planned generation length (Keyformer's temperature schedule). Without it, the
+  // first Eval after Reset is taken as the whole prompt with no planned generation.
+  Status BeginSequence(const SequencePlan& plan);
+
   // Runs tokens through the model in chunks of n_batch at the next positions.
   //   logits: [n_vocab] (last token) or [tokens.size(), n_vocab] (every token).
-  // A request that would exceed n_ctx is refused before anything runs (OutOfRange).
+  // A request that would exceed n_ctx is refused before anything runs (OutOfRange). With a
+  // positions=compact policy the positions restart below the cache's budget, so a stream
+  // may be longer than n_ctx as long as budget + n_batch fits; with positions=original
+  // positions keep growing and n_ctx bounds the stream.
   Status Eval(std::span<const int32_t> tokens, LogitsFor which, float* logits);
 
   // Forgets the sequence (empty cache, position 0).
@@ -55,6 +64,8 @@ class Session {
  private:
   Session(std::shared_ptr<const LlamaModel> model, const SessionOptions& options,
           std::unique_ptr<KvCache> cache);
+  // OutOfRange unless every chunk of an n-token request gets positions below n_ctx.
+  Status CheckPositions(int64_t n) const;
 
   std::shared_ptr<const LlamaModel> model_;
   SessionOptions options_;

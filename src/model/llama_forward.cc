@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kv/attention.h"
+#include "kv/attention_stats.h"
 #include "ops/nn.h"
 
 namespace kvpack {
@@ -52,6 +53,16 @@ Status LlamaForward(const LlamaModel& model, const int32_t* tokens, const int32_
   chunk.n_heads = c.n_heads;
   chunk.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
+  // Eviction (kv/eviction_policy.h): statistics only when the policy asks for them; a plan
+  // is applied per layer right after the chunk's Append, so no layer ever holds more than
+  // budget + n tokens per head.
+  cache.set_rope(rope);
+  if (cache.policy() && !cache.sequence_begun()) {
+    KVPACK_RETURN_IF_ERROR(cache.BeginSequence({.n_prompt = n}));
+  }
+  const PolicyNeeds needs = cache.policy_needs();
+  AttentionStats stats;
+
   for (int l = 0; l < c.n_layers; ++l) {
     const LlamaLayerWeights& L = w.layers[l];
     for (int64_t t = 0; t < n; ++t) RmsNorm(&s.x[t * E], L.attn_norm.data, c.rms_eps, E, &s.xn[t * E]);
@@ -61,12 +72,20 @@ Status LlamaForward(const LlamaModel& model, const int32_t* tokens, const int32_
     AddBias(L.bq, n, s.q.data());
     AddBias(L.bk, n, s.k.data());
     AddBias(L.bv, n, s.v.data());
+    if (needs.pre_rope_qkv) {
+      cache.ObservePreRope(l, {s.q.data(), s.k.data(), s.v.data(), n, c.n_heads});
+    }
     for (int64_t t = 0; t < n; ++t) {
       ApplyRope(&s.q[t * c.q_dim()], c.n_heads, c.head_dim, pos[t], rope);
       ApplyRope(&s.k[t * c.kv_dim()], c.n_kv_heads, c.head_dim, pos[t], rope);
     }
     Attend(cache, l, chunk, s.att.data(), pool);
+    if (needs.attention) {
+      AccumulateAttentionStats(cache, l, chunk, pos, cache.StatsRequest(l, n), &stats, pool);
+    }
     KVPACK_RETURN_IF_ERROR(cache.Append(l, s.k.data(), s.v.data(), pos, n));
+    if (needs.attention) cache.ObserveAttention(l, stats);
+    KVPACK_RETURN_IF_ERROR(cache.ApplyPolicy(l));
     MatMul(L.wo, s.att.data(), n, s.tmp.data(), pool);
     AddInPlace(s.tmp.data(), s.x.data(), n * E);
 

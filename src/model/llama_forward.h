@@ -30,7 +30,9 @@ struct ForwardScratch {
 
 enum class LogitsFor { kLastToken, kEveryToken };
 
-// Runs tokens[0..n) at positions pos[0..n) (ascending, after everything cached).
+// Runs tokens[0..n) at positions pos[0..n) (ascending, after everything cached; with a
+// positions=compact policy, from cache.NextPosition()). With an eviction policy, every layer
+// applies its plan right after appending the chunk (kv/kv_cache.h).
 // logits: [1, n_vocab] for kLastToken, [n, n_vocab] for kEveryToken.
 Status LlamaForward(const LlamaModel& model, const int32_t* tokens, const int32_t* pos, int64_t n,
                     KvCache& cache, LogitsFor which, float* logits, ForwardScratch& scratch,
