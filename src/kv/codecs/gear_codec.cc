@@ -217,18 +217,23 @@ void GearStore::CompressBlock(const float* x, int64_t n, int rank) {
     const LowRankFactors f = PowerIterationLowRank(resid.data(), n, d, d, rank, config_.iters,
                                                    BlockSeed(shape_, h, n_blocks_made_));
     const int r = f.rank;
-    // Balanced fp16 factors: column k of A (unit norm) times sqrt(sigma_k), of B (norm
-    // sigma_k) divided by it; the product is unchanged and neither side leaves fp16's range.
-    a16.assign(static_cast<size_t>(n) * r, 0);
-    b16.assign(static_cast<size_t>(d) * r, 0);
+    // Balanced fp16 factors, stored transposed: column k of A (unit norm) times
+    // sqrt(sigma_k), of B (norm sigma_k) divided by it; the product is unchanged and neither
+    // side leaves fp16's range.
+    a16.assign(static_cast<size_t>(r) * n, 0);
+    b16.assign(static_cast<size_t>(r) * d, 0);
     for (int k = 0; k < r; ++k) {
       double sigma = 0.0;
       for (int c = 0; c < d; ++c) sigma += f.b[c * r + k] * f.b[c * r + k];
       sigma = std::sqrt(sigma);
       if (!(sigma > 0.0)) continue;  // a zero direction: A and B columns stay 0
       const double s = std::sqrt(sigma);
-      for (int64_t t = 0; t < n; ++t) a16[t * r + k] = Fp32ToFp16(static_cast<float>(f.a[t * r + k] * s));
-      for (int c = 0; c < d; ++c) b16[c * r + k] = Fp32ToFp16(static_cast<float>(f.b[c * r + k] / s));
+      for (int64_t t = 0; t < n; ++t) {
+        a16[k * n + t] = Fp32ToFp16(static_cast<float>(f.a[t * r + k] * s));
+      }
+      for (int c = 0; c < d; ++c) {
+        b16[k * d + c] = Fp32ToFp16(static_cast<float>(f.b[c * r + k] / s));
+      }
     }
     lowrank_[h].AppendBlock(a16.data(), b16.data(), n, r);
     if (!sparse) continue;
@@ -240,8 +245,7 @@ void GearStore::CompressBlock(const float* x, int64_t n, int rank) {
         if (!mask[i]) continue;
         const float corr = x[i] - dhat[t * d + c] - low[t * d + c];
         KVPACK_CHECK(first[h] + t <= std::numeric_limits<int32_t>::max());
-        sparse_[h].Append({static_cast<int32_t>(first[h] + t), static_cast<uint16_t>(c),
-                           Fp32ToFp16(corr)});
+        sparse_[h].Append(first[h] + t, c, Fp32ToFp16(corr));
       }
     }
   }

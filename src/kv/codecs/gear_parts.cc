@@ -5,24 +5,35 @@
 
 #include "core/check.h"
 #include "core/half.h"
+#include "ops/vec.h"
 
 namespace kvpack {
+namespace {
+
+// Per-thread scratch for the fused kernels (concurrent const calls come from different
+// threads; a call never nests another).
+std::vector<float>& Scratch() {
+  thread_local std::vector<float> buf;
+  return buf;
+}
+
+}  // namespace
 
 // ---------------------------------------------------------------------------------------
 // LowRankBlocks
 
-void LowRankBlocks::AppendBlock(const uint16_t* a, const uint16_t* b, int64_t n, int rank) {
+void LowRankBlocks::AppendBlock(const uint16_t* a_t, const uint16_t* b_t, int64_t n, int rank) {
   if (n <= 0) return;
   KVPACK_CHECK(rank >= 0 && rank <= kMaxRank);
   Block blk;
   blk.first = n_rows_;
   blk.n = n;
   blk.rank = rank;
-  blk.a.Resize(static_cast<size_t>(n) * rank);
-  blk.b.Resize(static_cast<size_t>(d_) * rank);
+  blk.a_t.Resize(static_cast<size_t>(n) * rank);
+  blk.b_t.Resize(static_cast<size_t>(d_) * rank);
   if (rank > 0) {
-    std::memcpy(blk.a.data(), a, blk.a.size() * sizeof(uint16_t));
-    std::memcpy(blk.b.data(), b, blk.b.size() * sizeof(uint16_t));
+    std::memcpy(blk.a_t.data(), a_t, blk.a_t.size() * sizeof(uint16_t));
+    std::memcpy(blk.b_t.data(), b_t, blk.b_t.size() * sizeof(uint16_t));
   }
   blocks_.push_back(std::move(blk));
   n_rows_ += n;
@@ -37,25 +48,15 @@ size_t LowRankBlocks::FirstBlockAtOrAfter(int64_t r) const {
 
 void LowRankBlocks::AddDecode(int64_t r0, int64_t r1, float* out) const {
   if (r0 >= r1) return;
-  std::vector<float> bf;
   for (size_t bi = FirstBlockAtOrAfter(r0); bi < blocks_.size(); ++bi) {
     const Block& blk = blocks_[bi];
     if (blk.first >= r1) break;
-    const int r = blk.rank;
-    if (r == 0) continue;
-    bf.resize(static_cast<size_t>(d_) * r);
-    for (size_t i = 0; i < bf.size(); ++i) bf[i] = Fp16ToFp32(blk.b[i]);
     const int64_t s = std::max(r0, blk.first), e = std::min(r1, blk.first + blk.n);
-    for (int64_t row = s; row < e; ++row) {
-      float a[kMaxRank];
-      const uint16_t* ar = &blk.a[(row - blk.first) * r];
-      for (int k = 0; k < r; ++k) a[k] = Fp16ToFp32(ar[k]);
-      float* o = out + (row - r0) * d_;
-      for (int c = 0; c < d_; ++c) {
-        const float* bc = &bf[static_cast<size_t>(c) * r];
-        float acc = 0.0f;
-        for (int k = 0; k < r; ++k) acc += a[k] * bc[k];
-        o[c] += acc;
+    for (int k = 0; k < blk.rank; ++k) {
+      const uint16_t* a = &blk.a_t[k * blk.n];
+      const uint16_t* b = &blk.b_t[static_cast<size_t>(k) * d_];
+      for (int64_t row = s; row < e; ++row) {
+        AxpyF16(Fp16ToFp32(a[row - blk.first]), b, out + (row - r0) * d_, d_);
       }
     }
   }
@@ -64,33 +65,18 @@ void LowRankBlocks::AddDecode(int64_t r0, int64_t r1, float* out) const {
 void LowRankBlocks::AddScores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
                               int64_t ld) const {
   if (r0 >= r1) return;
-  std::vector<float> qb;  // [n_q, rank]: the queries projected on B (down-projection)
+  float qb[kMaxRank];  // one query projected on B (down-projection): [rank]
   for (size_t bi = FirstBlockAtOrAfter(r0); bi < blocks_.size(); ++bi) {
     const Block& blk = blocks_[bi];
     if (blk.first >= r1) break;
-    const int r = blk.rank;
-    if (r == 0) continue;
-    qb.assign(static_cast<size_t>(n_q) * r, 0.0f);
-    for (int c = 0; c < d_; ++c) {
-      const uint16_t* bc = &blk.b[static_cast<size_t>(c) * r];
-      float b[kMaxRank];
-      for (int k = 0; k < r; ++k) b[k] = Fp16ToFp32(bc[k]);
-      for (int i = 0; i < n_q; ++i) {
-        const float qc = q[i * d_ + c];
-        float* dst = &qb[static_cast<size_t>(i) * r];
-        for (int k = 0; k < r; ++k) dst[k] += qc * b[k];
-      }
-    }
     const int64_t s = std::max(r0, blk.first), e = std::min(r1, blk.first + blk.n);
-    for (int64_t row = s; row < e; ++row) {
-      float a[kMaxRank];
-      const uint16_t* ar = &blk.a[(row - blk.first) * r];
-      for (int k = 0; k < r; ++k) a[k] = Fp16ToFp32(ar[k]);
-      for (int i = 0; i < n_q; ++i) {
-        const float* qbi = &qb[static_cast<size_t>(i) * r];
-        float acc = 0.0f;
-        for (int k = 0; k < r; ++k) acc += a[k] * qbi[k];
-        scores[i * ld + (row - r0)] += acc;
+    for (int i = 0; i < n_q; ++i) {
+      for (int k = 0; k < blk.rank; ++k) {
+        qb[k] = DotF16F32(&blk.b_t[static_cast<size_t>(k) * d_], q + i * d_, d_);
+      }
+      // scores[i, s..e) += sum_k qb[k] * A^T[k, s..e)
+      for (int k = 0; k < blk.rank; ++k) {
+        AxpyF16(qb[k], &blk.a_t[k * blk.n + (s - blk.first)], scores + i * ld + (s - r0), e - s);
       }
     }
   }
@@ -99,34 +85,18 @@ void LowRankBlocks::AddScores(int64_t r0, int64_t r1, const float* q, int n_q, f
 void LowRankBlocks::AddAccumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld,
                                   float* out) const {
   if (r0 >= r1) return;
-  std::vector<float> pa;  // [n_q, rank]: the probabilities projected on A (down-projection)
+  float pa[kMaxRank];  // one probability row projected on A (down-projection): [rank]
   for (size_t bi = FirstBlockAtOrAfter(r0); bi < blocks_.size(); ++bi) {
     const Block& blk = blocks_[bi];
     if (blk.first >= r1) break;
-    const int r = blk.rank;
-    if (r == 0) continue;
-    pa.assign(static_cast<size_t>(n_q) * r, 0.0f);
     const int64_t s = std::max(r0, blk.first), e = std::min(r1, blk.first + blk.n);
-    for (int64_t row = s; row < e; ++row) {
-      float a[kMaxRank];
-      const uint16_t* ar = &blk.a[(row - blk.first) * r];
-      for (int k = 0; k < r; ++k) a[k] = Fp16ToFp32(ar[k]);
-      for (int i = 0; i < n_q; ++i) {
-        const float w = p[i * ld + (row - r0)];
-        if (w == 0.0f) continue;
-        float* dst = &pa[static_cast<size_t>(i) * r];
-        for (int k = 0; k < r; ++k) dst[k] += w * a[k];
+    for (int i = 0; i < n_q; ++i) {
+      for (int k = 0; k < blk.rank; ++k) {
+        pa[k] = DotF16F32(&blk.a_t[k * blk.n + (s - blk.first)], p + i * ld + (s - r0), e - s);
       }
-    }
-    for (int c = 0; c < d_; ++c) {
-      const uint16_t* bc = &blk.b[static_cast<size_t>(c) * r];
-      float b[kMaxRank];
-      for (int k = 0; k < r; ++k) b[k] = Fp16ToFp32(bc[k]);
-      for (int i = 0; i < n_q; ++i) {
-        const float* pai = &pa[static_cast<size_t>(i) * r];
-        float acc = 0.0f;
-        for (int k = 0; k < r; ++k) acc += pai[k] * b[k];
-        out[i * d_ + c] += acc;
+      // out[i] += sum_k pa[k] * B^T[k]
+      for (int k = 0; k < blk.rank; ++k) {
+        AxpyF16(pa[k], &blk.b_t[static_cast<size_t>(k) * d_], out + i * d_, d_);
       }
     }
   }
@@ -143,16 +113,14 @@ void LowRankBlocks::Keep(std::span<const int64_t> keep) {
     const int64_t n_kept = static_cast<int64_t>(k - k0);
     if (n_kept == 0) continue;  // no survivor: A and B are freed with the block
     if (n_kept != blk.n) {
-      // Drop the evicted tokens' rows of A; B (shared by the block's rows) stays.
-      const int r = blk.rank;
-      for (int64_t j = 0; j < n_kept; ++j) {
-        const int64_t src = keep[k0 + j] - blk.first;
-        if (src != j && r > 0) {
-          std::memmove(&blk.a[j * r], &blk.a[src * r], r * sizeof(uint16_t));
+      // Drop the evicted tokens' rows of A (columns of A^T); B, shared by the block, stays.
+      AlignedBuffer<uint16_t> a_t(static_cast<size_t>(n_kept) * blk.rank);
+      for (int r = 0; r < blk.rank; ++r) {
+        for (int64_t j = 0; j < n_kept; ++j) {
+          a_t[r * n_kept + j] = blk.a_t[r * blk.n + (keep[k0 + j] - blk.first)];
         }
       }
-      blk.a.Resize(static_cast<size_t>(n_kept) * r);
-      blk.a.ShrinkToFit();
+      blk.a_t = std::move(a_t);
       blk.n = n_kept;
     }
     blk.first = next_row;
@@ -165,9 +133,9 @@ void LowRankBlocks::Keep(std::span<const int64_t> keep) {
 
 void LowRankBlocks::AddMemory(MemoryUsage& m) const {
   for (const Block& blk : blocks_) {
-    m.factor_bytes += (blk.a.size() + blk.b.size()) * sizeof(uint16_t);
-    m.reserved_bytes += blk.a.capacity_bytes() - blk.a.size() * sizeof(uint16_t) +
-                        blk.b.capacity_bytes() - blk.b.size() * sizeof(uint16_t);
+    m.factor_bytes += (blk.a_t.size() + blk.b_t.size()) * sizeof(uint16_t);
+    m.reserved_bytes += blk.a_t.capacity_bytes() - blk.a_t.size() * sizeof(uint16_t) +
+                        blk.b_t.capacity_bytes() - blk.b_t.size() * sizeof(uint16_t);
   }
   m.other_bytes += blocks_.size() * kBlockTableBytes;
 }
@@ -175,50 +143,77 @@ void LowRankBlocks::AddMemory(MemoryUsage& m) const {
 // ---------------------------------------------------------------------------------------
 // SparseOutliers
 
-std::vector<SparseOutliers::Entry>::const_iterator SparseOutliers::LowerBound(int64_t row) const {
-  return std::lower_bound(entries_.begin(), entries_.end(), row,
-                          [](const Entry& e, int64_t r) { return e.row < r; });
+void SparseOutliers::Append(int64_t row, int channel, uint16_t value_fp16) {
+  KVPACK_CHECK(rows_.empty() || row >= rows_.back());
+  rows_.push_back(static_cast<int32_t>(row));
+  channels_.push_back(static_cast<uint16_t>(channel));
+  values_.push_back(value_fp16);
+}
+
+void SparseOutliers::Range(int64_t r0, int64_t r1, size_t& i0, size_t& i1,
+                           std::vector<float>& values) const {
+  i0 = std::lower_bound(rows_.begin(), rows_.end(), r0) - rows_.begin();
+  i1 = std::lower_bound(rows_.begin() + i0, rows_.end(), r1) - rows_.begin();
+  values.resize(i1 - i0);
+  if (i1 > i0) ConvertF16ToF32(&values_[i0], values.data(), i1 - i0);
 }
 
 void SparseOutliers::AddDecode(int64_t r0, int64_t r1, float* out) const {
-  for (auto it = LowerBound(r0); it != entries_.end() && it->row < r1; ++it) {
-    out[(it->row - r0) * d_ + it->channel] += Fp16ToFp32(it->value);
-  }
+  size_t i0, i1;
+  std::vector<float>& v = Scratch();
+  Range(r0, r1, i0, i1, v);
+  for (size_t j = i0; j < i1; ++j) out[(rows_[j] - r0) * d_ + channels_[j]] += v[j - i0];
 }
 
 void SparseOutliers::AddScores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
                                int64_t ld) const {
-  for (auto it = LowerBound(r0); it != entries_.end() && it->row < r1; ++it) {
-    const float v = Fp16ToFp32(it->value);
-    for (int i = 0; i < n_q; ++i) scores[i * ld + (it->row - r0)] += q[i * d_ + it->channel] * v;
+  size_t i0, i1;
+  std::vector<float>& v = Scratch();
+  Range(r0, r1, i0, i1, v);
+  for (int i = 0; i < n_q; ++i) {
+    const float* qi = q + i * d_;
+    float* si = scores + i * ld;
+    for (size_t j = i0; j < i1; ++j) si[rows_[j] - r0] += qi[channels_[j]] * v[j - i0];
   }
 }
 
 void SparseOutliers::AddAccumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld,
                                    float* out) const {
-  for (auto it = LowerBound(r0); it != entries_.end() && it->row < r1; ++it) {
-    const float v = Fp16ToFp32(it->value);
-    for (int i = 0; i < n_q; ++i) out[i * d_ + it->channel] += p[i * ld + (it->row - r0)] * v;
+  size_t i0, i1;
+  std::vector<float>& v = Scratch();
+  Range(r0, r1, i0, i1, v);
+  for (int i = 0; i < n_q; ++i) {
+    const float* pi = p + i * ld;
+    float* oi = out + i * d_;
+    for (size_t j = i0; j < i1; ++j) oi[channels_[j]] += pi[rows_[j] - r0] * v[j - i0];
   }
 }
 
 void SparseOutliers::Keep(std::span<const int64_t> keep) {
   size_t w = 0, k = 0;
-  for (const Entry& e : entries_) {
-    while (k < keep.size() && keep[k] < e.row) ++k;
+  for (size_t j = 0; j < rows_.size(); ++j) {
+    while (k < keep.size() && keep[k] < rows_[j]) ++k;
     if (k == keep.size()) break;
-    if (keep[k] != e.row) continue;  // the token was evicted
-    entries_[w] = e;
-    entries_[w].row = static_cast<int32_t>(k);
+    if (keep[k] != rows_[j]) continue;  // the token was evicted
+    rows_[w] = static_cast<int32_t>(k);
+    channels_[w] = channels_[j];
+    values_[w] = values_[j];
     ++w;
   }
-  entries_.resize(w);
-  entries_.shrink_to_fit();
+  rows_.resize(w);
+  channels_.resize(w);
+  values_.resize(w);
+  rows_.shrink_to_fit();
+  channels_.shrink_to_fit();
+  values_.shrink_to_fit();
 }
 
 void SparseOutliers::AddMemory(MemoryUsage& m) const {
-  m.sparse_bytes += entries_.size() * sizeof(Entry);
-  m.reserved_bytes += (entries_.capacity() - entries_.size()) * sizeof(Entry);
+  static_assert(kEntryBytes == sizeof(int32_t) + 2 * sizeof(uint16_t));
+  m.sparse_bytes += rows_.size() * kEntryBytes;
+  m.reserved_bytes += (rows_.capacity() - rows_.size()) * sizeof(int32_t) +
+                      (channels_.capacity() - channels_.size()) * sizeof(uint16_t) +
+                      (values_.capacity() - values_.size()) * sizeof(uint16_t);
 }
 
 }  // namespace kvpack

@@ -1,9 +1,11 @@
 // GEAR's two error-reduction parts for one KV head (METHODS.md 1.7 steps 3-4), each with the
 // fused forms attention uses, so that X^ = D^ + L + S is never materialised:
 //   - LowRankBlocks: per compressed block, L = A B^T with A [n_rows, rank], B [head_dim, rank]
-//     in fp16; q.L^T = (q.B).A^T and p.L = (p.A).B^T (down-projection first, paper section 4);
-//   - SparseOutliers: (row, channel, fp16 value) entries sorted by row; q.S and p.S touch only
-//     the entries of the rows asked for.
+//     in fp16; q.L^T = (q.B).A^T and p.L = (p.A).B^T (down-projection first, paper section 4).
+//     Both factors are stored transposed (A^T [rank, n_rows], B^T [rank, head_dim]) so that
+//     every step is a SIMD dot or axpy along tokens or channels straight on the fp16 data;
+//   - SparseOutliers: (row, channel, fp16 value) entries sorted by row, stored as three
+//     arrays; q.S and p.S touch only the entries of the rows asked for.
 // Rows are the head's compressed tokens in storage order. Keep() implements eviction: a
 // block that loses tokens drops their rows of A and keeps B (the survivors' L rows are
 // unchanged); a block with no survivor is freed; evicted tokens' entries of S are freed.
@@ -31,9 +33,9 @@ class LowRankBlocks {
   int64_t n_rows() const { return n_rows_; }
   int64_t n_blocks() const { return static_cast<int64_t>(blocks_.size()); }
 
-  // Appends a block of n rows. a: [n, rank] fp16, b: [d, rank] fp16 (row-major);
+  // Appends a block of n rows. a_t: A^T [rank, n] fp16, b_t: B^T [rank, d] fp16;
   // rank <= kMaxRank.
-  void AppendBlock(const uint16_t* a, const uint16_t* b, int64_t n, int rank);
+  void AppendBlock(const uint16_t* a_t, const uint16_t* b_t, int64_t n, int rank);
   // out[(r - r0) * d + c] += L[r, c] for r in [r0, r1).
   void AddDecode(int64_t r0, int64_t r1, float* out) const;
   // scores[i * ld + (r - r0)] += dot(q[i], L[r]).  q: [n_q, d].
@@ -51,8 +53,8 @@ class LowRankBlocks {
     int64_t first = 0;  // first row
     int64_t n = 0;      // rows
     int rank = 0;
-    AlignedBuffer<uint16_t> a;  // [n, rank] fp16
-    AlignedBuffer<uint16_t> b;  // [d, rank] fp16
+    AlignedBuffer<uint16_t> a_t;  // A^T [rank, n] fp16
+    AlignedBuffer<uint16_t> b_t;  // B^T [rank, d] fp16
   };
   // Index of the first block holding a row >= r.
   size_t FirstBlockAtOrAfter(int64_t r) const;
@@ -64,19 +66,15 @@ class LowRankBlocks {
 
 class SparseOutliers {
  public:
-  struct Entry {
-    int32_t row;
-    uint16_t channel;
-    uint16_t value;  // fp16
-  };
-  static_assert(sizeof(Entry) == 8);
+  // Bytes per entry, counted in MemoryUsage::sparse_bytes: row (int32), channel (uint16),
+  // fp16 value.
+  static constexpr size_t kEntryBytes = 8;
 
   explicit SparseOutliers(int d) : d_(d) {}
 
-  int64_t n_entries() const { return static_cast<int64_t>(entries_.size()); }
+  int64_t n_entries() const { return static_cast<int64_t>(rows_.size()); }
   // Entries must arrive sorted by row (then channel) and after every existing row.
-  void Append(const Entry& e) { entries_.push_back(e); }
-  const std::vector<Entry>& entries() const { return entries_; }
+  void Append(int64_t row, int channel, uint16_t value_fp16);
 
   void AddDecode(int64_t r0, int64_t r1, float* out) const;  // out: [r1 - r0, d]
   void AddScores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
@@ -85,14 +83,16 @@ class SparseOutliers {
                      float* out) const;
   // Keeps the entries of rows `keep` (ascending), renumbered to their new row indices.
   void Keep(std::span<const int64_t> keep);
-  // sparse_bytes: sizeof(Entry) per entry (index and fp16 value).
   void AddMemory(MemoryUsage& m) const;
 
  private:
-  std::vector<Entry>::const_iterator LowerBound(int64_t row) const;
+  // Entries [i0, i1) of rows [r0, r1), their values as floats in `values`.
+  void Range(int64_t r0, int64_t r1, size_t& i0, size_t& i1, std::vector<float>& values) const;
 
   int d_;
-  std::vector<Entry> entries_;  // sorted by (row, channel)
+  std::vector<int32_t> rows_;       // [n_entries] ascending
+  std::vector<uint16_t> channels_;  // [n_entries]
+  std::vector<uint16_t> values_;    // [n_entries] fp16
 };
 
 }  // namespace kvpack
