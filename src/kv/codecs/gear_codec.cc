@@ -245,7 +245,8 @@ void GearStore::CompressBlock(const float* x, int64_t n, int rank) {
         if (!mask[i]) continue;
         const float corr = x[i] - dhat[t * d + c] - low[t * d + c];
         KVPACK_CHECK(first[h] + t <= std::numeric_limits<int32_t>::max());
-        sparse_[h].Append(first[h] + t, c, Fp32ToFp16(corr));
+        // Saturated: only inputs near fp16's limit on both sides of a group get there.
+        sparse_[h].Append(first[h] + t, c, Fp32ToFp16(std::clamp(corr, -65504.0f, 65504.0f)));
       }
     }
   }

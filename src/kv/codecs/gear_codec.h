@@ -5,7 +5,8 @@
 // For each block X [n, n_kv_heads, head_dim] of one layer's keys (or values):
 //   1. S: outliers (gear only; gear_outliers.h: per (head, channel) over the block for keys,
 //      per token over all heads for values, fraction `sparsity`, top and bottom halves);
-//   2. D^ = Q_b(X with the outliers kept out of every group's min/max) by the backbone;
+//   2. D^ = Q_b(X with each outlier clamped into its group's kept range, so that outliers
+//      never set a group's min/max) by the backbone;
 //   3. L_h = A_h B_h^T ~ R_h = X_h - D^_h (zero at outliers), per KV head, by seeded power
 //      iteration with QR (lowrank.h), A_h [n, r], B_h [head_dim, r] stored in fp16;
 //   4. at each outlier S holds X - D^ - L in fp16, so X^ = D^ + L + S gives the outlier back

@@ -19,21 +19,23 @@ void MarkExtremes(const float* x, std::vector<int64_t>& pos, int64_t k, uint8_t*
   for (auto it = pos.end() - k; it != pos.end(); ++it) mask[*it] = 1;
 }
 
-// Replaces the masked entries among x[pos[j]], j < m (one backbone group), in y.
+// Clamps the masked entries among x[pos[j]], j < m (one backbone group), into the range of
+// the group's unmasked entries, in y.
 void FillGroup(const float* x, const uint8_t* mask, const int64_t* pos, int64_t m, float* y) {
-  float lo = std::numeric_limits<float>::infinity();
+  float lo = std::numeric_limits<float>::infinity(), hi = -lo;
   bool any_masked = false;
   for (int64_t j = 0; j < m; ++j) {
     if (mask[pos[j]]) {
       any_masked = true;
     } else {
       lo = std::min(lo, x[pos[j]]);
+      hi = std::max(hi, x[pos[j]]);
     }
   }
   if (!any_masked) return;
-  const float fill = std::isfinite(lo) ? lo : 0.0f;
+  const bool none_kept = lo > hi;
   for (int64_t j = 0; j < m; ++j) {
-    if (mask[pos[j]]) y[pos[j]] = fill;
+    if (mask[pos[j]]) y[pos[j]] = none_kept ? 0.0f : std::clamp(x[pos[j]], lo, hi);
   }
 }
 

@@ -8,10 +8,12 @@
 // position, so the selection is deterministic.
 //
 // Exclusion from min/max: the backbone's groups (BackboneGroups) are known; inside each
-// group every outlier is replaced by the smallest kept value of that group before
+// group every outlier is clamped into the range of the group's kept entries before
 // quantization, which leaves the group's min and max those of its kept entries (a group made
-// only of outliers becomes constant, range 0). What the backbone then reconstructs at an
-// outlier position is corrected exactly by S (gear_codec.h).
+// only of outliers becomes constant 0, range 0). Zeroing the outliers (the paper's X - S)
+// would widen a group whose values all have one sign. What the backbone then reconstructs at
+// an outlier position is corrected by S (gear_codec.h); clamping, rather than any other
+// in-range value, keeps that correction, and so its fp16 rounding, smallest.
 #ifndef KVPACK_KV_CODECS_GEAR_OUTLIERS_H_
 #define KVPACK_KV_CODECS_GEAR_OUTLIERS_H_
 
@@ -38,8 +40,9 @@ struct BackboneGroups {
   int64_t run = 1;  // tokens or channels per group (the last one of a block/head may be shorter)
 };
 
-// y = x with, in every backbone group, each masked entry replaced by the group's smallest
-// unmasked value (0 when the whole group is masked). x, mask, y: [n, n_heads, head_dim].
+// y = x with, in every backbone group, each masked entry clamped into [min, max] of the
+// group's unmasked entries (0 when the whole group is masked). x, mask, y: [n, n_heads,
+// head_dim].
 void SubstituteOutliers(const float* x, const uint8_t* mask, int64_t n, int n_heads,
                         int head_dim, const BackboneGroups& groups, float* y);
 
