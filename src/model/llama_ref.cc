@@ -26,7 +26,7 @@ void AddBiasRef(const FloatVector& b, std::vector<float>& y) {
 LlamaRef::LlamaRef(const LlamaModel& model)
     : model_(model), k_cache_(model.config().n_layers), v_cache_(model.config().n_layers) {}
 
-std::vector<float> LlamaRef::Step(int32_t token) {
+std::vector<float> LlamaRef::Step(int32_t token, bool want_logits) {
   const LlamaConfig& c = model_.config();
   const LlamaWeights& w = model_.weights();
   const int E = c.n_embd, D = c.head_dim;
@@ -44,6 +44,7 @@ std::vector<float> LlamaRef::Step(int32_t token) {
     AddBiasRef(L.bv, v);
     ApplyRope(q.data(), c.n_heads, D, pos, rope);
     ApplyRope(k.data(), c.n_kv_heads, D, pos, rope);
+    if (observer_) observer_(l, q.data(), k.data(), v.data());
     k_cache_[l].insert(k_cache_[l].end(), k.begin(), k.end());
     v_cache_[l].insert(v_cache_[l].end(), v.begin(), v.end());
     const int64_t n_tok = pos + 1;
@@ -73,8 +74,9 @@ std::vector<float> LlamaRef::Step(int32_t token) {
     std::vector<float> down = MatVecRef(L.w_down, gate);
     for (int i = 0; i < E; ++i) x[i] += down[i];
   }
-  RmsNorm(x.data(), w.output_norm.data, c.rms_eps, E, xn.data());
   ++n_past_;
+  if (!want_logits) return {};
+  RmsNorm(x.data(), w.output_norm.data, c.rms_eps, E, xn.data());
   return MatVecRef(w.output, xn);
 }
 

@@ -6,6 +6,7 @@
 #define KVPACK_MODEL_LLAMA_REF_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "model/llama_model.h"
@@ -16,13 +17,21 @@ class LlamaRef {
  public:
   explicit LlamaRef(const LlamaModel& model);
 
-  // Feeds one token at the next position; returns its logits [n_vocab].
-  std::vector<float> Step(int32_t token);
+  // Feeds one token at the next position; returns its logits [n_vocab] (empty when
+  // want_logits is false: the output projection is skipped).
+  std::vector<float> Step(int32_t token, bool want_logits = true);
   int64_t n_past() const { return n_past_; }
+
+  // Called in every layer of every Step with the token's rotated queries
+  // q: [n_heads, head_dim], rotated keys k and values v: [n_kv_heads, head_dim] (kvstat
+  // captures real Q/K/V this way).
+  using QkvObserver = std::function<void(int layer, const float* q, const float* k, const float* v)>;
+  void set_qkv_observer(QkvObserver observer) { observer_ = std::move(observer); }
 
  private:
   const LlamaModel& model_;
   int64_t n_past_ = 0;
+  QkvObserver observer_;
   std::vector<std::vector<float>> k_cache_;  // per layer: [n_past, kv_dim]
   std::vector<std::vector<float>> v_cache_;  // per layer: [n_past, kv_dim]
 };
