@@ -3,6 +3,7 @@
 
 #include "eval/perplexity.h"
 #include "kv/spec.h"
+#include "tools/kvpack/cmd_perplexity_stream.h"
 #include "tools/kvpack/commands.h"
 
 namespace kvpack::cli {
@@ -12,7 +13,7 @@ Runner RegisterPerplexity(CLI::App& app) {
     std::string model, file, kv = "f16";
     int64_t n_ctx = 512, max_bytes = 0, max_windows = 0, n_batch = 0;
     int threads = 1;
-    bool quiet = false, kld = false;
+    bool quiet = false, kld = false, stream = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -31,9 +32,20 @@ Runner RegisterPerplexity(CLI::App& app) {
   cmd->add_flag("--kld", args->kld,
                 "also run an f32-cache reference in the same run and report KL divergence "
                 "(mean, 99th percentile) and same-top-1 rate");
+  cmd->add_flag("--stream", args->stream,
+                "streaming perplexity (cmd_perplexity_stream.h): --chunks streams of -c tokens "
+                "fed one at a time; --kv takes specs separated by ';', each shown next to an "
+                "f32 full cache");
   cmd->add_flag("-q,--quiet", args->quiet, "no progress bar");
 
   return [args]() -> int {
+    if (args->stream) {
+      return RunPerplexityStream({.model = args->model, .file = args->file, .kv = args->kv,
+                                  .n_tokens = args->n_ctx,
+                                  .n_streams = std::max<int64_t>(1, args->max_windows),
+                                  .max_bytes = args->max_bytes, .threads = args->threads,
+                                  .quiet = args->quiet});
+    }
     Result<TextModel> model = TextModel::Load(args->model);
     if (!model.ok()) return ReportError(model.status());
     Result<std::string> text = ReadTextFile(args->file, args->max_bytes);

@@ -19,6 +19,7 @@ Runner RegisterPerplexity(CLI::App& app);
 Runner RegisterInfo(CLI::App& app);
 Runner RegisterMakeModel(CLI::App& app);
 Runner RegisterBench(CLI::App& app);
+Runner RegisterPasskey(CLI::App& app);
 Runner RegisterKvstat(CLI::App& app);
 
 // Prints "error: <message>" to stderr and returns exit code 1.

@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   add(kvpack::cli::RegisterInfo);
   add(kvpack::cli::RegisterMakeModel);
   add(kvpack::cli::RegisterBench);
+  add(kvpack::cli::RegisterPasskey);
   add(kvpack::cli::RegisterKvstat);
   CLI11_PARSE(app, argc, argv);
   for (auto& [sub, run] : commands) {
