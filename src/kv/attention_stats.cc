@@ -21,9 +21,28 @@ uint64_t SplitMix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// The hash of every noise value of one query row; a key's value hashes this with its
+// position, so a row costs one SplitMix64 per key.
+uint64_t NoiseRowKey(uint64_t stream, int q_head, int64_t q_pos) {
+  uint64_t h = SplitMix64(stream);
+  h = SplitMix64(h ^ static_cast<uint64_t>(q_head));
+  return SplitMix64(h ^ static_cast<uint64_t>(q_pos));
+}
+
 // Uniform in (0, 1), never 0 or 1 (53 random bits, offset by half a step).
 double UnitOpen(uint64_t bits) {
   return (static_cast<double>(bits >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+// The same draw in float (24 bits), for the optimized pass: the logarithms dominate the
+// statistics pass's cost, and float ones are several times cheaper.
+float NoiseFromBitsF(ScoreNoise noise, uint64_t h) {
+  const float u = (static_cast<float>(h >> 40) + 0.5f) * (1.0f / 16777216.0f);
+  if (noise == ScoreNoise::kGumbel) return -std::log(-std::log(u));
+  const float u2 = (static_cast<float>(SplitMix64(h ^ 0xD1B54A32D192ED03ull) >> 40) + 0.5f) *
+                   (1.0f / 16777216.0f);
+  const float g = std::sqrt(-2.0f * std::log(u)) * std::cos(6.2831853f * u2);
+  return static_cast<float>(kGumbelMean) + static_cast<float>(kGumbelStd) * g;
 }
 
 // Combines one softmax row into `acc` (sum or max). p: [n] probabilities.
@@ -45,13 +64,15 @@ template <typename KeyPos>
 void ScoringSoftmax(float* row, int64_t n, const AttentionStatsRequest& req, int q_head,
                     int64_t q_pos, const KeyPos& key_pos) {
   const float inv_tau = static_cast<float>(1.0 / req.tau);
+  const bool random = req.noise == ScoreNoise::kGumbel || req.noise == ScoreNoise::kGaussian;
+  const float shift = req.noise == ScoreNoise::kConstant ? static_cast<float>(kGumbelMean) : 0.0f;
+  const uint64_t row_key = random ? NoiseRowKey(req.noise_stream, q_head, q_pos) : 0;
   float mx = kNegInf;
   for (int64_t t = 0; t < n; ++t) {
     if (row[t] == kNegInf) continue;
-    float x = row[t];
-    if (req.noise != ScoreNoise::kNone) {
-      x += static_cast<float>(
-          ScoreNoiseSample(req.noise, req.noise_stream, q_head, q_pos, key_pos(t)));
+    float x = row[t] + shift;
+    if (random) {
+      x += NoiseFromBitsF(req.noise, SplitMix64(row_key ^ static_cast<uint64_t>(key_pos(t))));
     }
     row[t] = x * inv_tau;
     mx = std::max(mx, row[t]);
@@ -75,10 +96,7 @@ double ScoreNoiseSample(ScoreNoise noise, uint64_t stream, int q_head, int64_t q
                         int64_t k_pos) {
   if (noise == ScoreNoise::kNone) return 0.0;
   if (noise == ScoreNoise::kConstant) return kGumbelMean;
-  uint64_t h = SplitMix64(stream);
-  h = SplitMix64(h ^ static_cast<uint64_t>(q_head));
-  h = SplitMix64(h ^ static_cast<uint64_t>(q_pos));
-  h = SplitMix64(h ^ static_cast<uint64_t>(k_pos));
+  const uint64_t h = SplitMix64(NoiseRowKey(stream, q_head, q_pos) ^ static_cast<uint64_t>(k_pos));
   const double u = UnitOpen(h);
   if (noise == ScoreNoise::kGumbel) return -std::log(-std::log(u));
   // Box-Muller with a second, independent uniform.
