@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "core/half.h"
 #include "ops/code_unpack.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -88,6 +89,47 @@ void DequantizeCodesPerChannelImpl(const uint8_t* codes, size_t n, const float* 
   for (; i < n; ++i) out[i] = static_cast<float>(codes[i]) * scale[i] + min[i];
 }
 
+void DequantizeQ8_0BlocksImpl(const uint8_t* blocks, size_t n_blocks, float* out) {
+  const hn::ScalableTag<float> d;
+  const hn::Rebind<int32_t, decltype(d)> di;
+  const hn::Rebind<int8_t, decltype(d)> d8;
+  const size_t N = hn::Lanes(d);
+  for (size_t b = 0; b < n_blocks; ++b, blocks += 34, out += 32) {
+    uint16_t bits;
+    std::memcpy(&bits, blocks, 2);
+    const auto scale = hn::Set(d, Fp16ToFp32(bits));
+    const int8_t* q = reinterpret_cast<const int8_t*>(blocks + 2);
+    size_t j = 0;
+    for (; j + N <= 32; j += N) {
+      hn::StoreU(hn::Mul(hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, q + j))), scale), d,
+                 out + j);
+    }
+    for (; j < 32; ++j) out[j] = static_cast<float>(q[j]) * Fp16ToFp32(bits);
+  }
+}
+
+void DequantizeQ4_0BlocksImpl(const uint8_t* blocks, size_t n_blocks, float* out) {
+  HWY_ALIGN uint8_t codes[32];
+  for (size_t b = 0; b < n_blocks; ++b, blocks += 18, out += 32) {
+    uint16_t bits;
+    std::memcpy(&bits, blocks, 2);
+    const uint8_t* q = blocks + 2;
+#if HWY_TARGET != HWY_SCALAR
+    const hn::Full128<uint8_t> d8;
+    const auto v = hn::LoadU(d8, q);
+    hn::Store(hn::And(v, hn::Set(d8, 0x0F)), d8, codes);
+    hn::Store(hn::ShiftRight<4>(v), d8, codes + 16);
+#else
+    for (int j = 0; j < 16; ++j) {
+      codes[j] = q[j] & 15;
+      codes[j + 16] = q[j] >> 4;
+    }
+#endif
+    const float scale = Fp16ToFp32(bits);
+    DequantizeCodesImpl(codes, 32, scale, -8.0f * scale, out);
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kvpack
 HWY_AFTER_NAMESPACE();
@@ -97,6 +139,15 @@ namespace kvpack {
 HWY_EXPORT(UnpackCodesU8Impl);
 HWY_EXPORT(DequantizeCodesImpl);
 HWY_EXPORT(DequantizeCodesPerChannelImpl);
+HWY_EXPORT(DequantizeQ8_0BlocksImpl);
+HWY_EXPORT(DequantizeQ4_0BlocksImpl);
+
+void DequantizeQ8_0Blocks(const uint8_t* blocks, size_t n_blocks, float* out) {
+  HWY_DYNAMIC_DISPATCH(DequantizeQ8_0BlocksImpl)(blocks, n_blocks, out);
+}
+void DequantizeQ4_0Blocks(const uint8_t* blocks, size_t n_blocks, float* out) {
+  HWY_DYNAMIC_DISPATCH(DequantizeQ4_0BlocksImpl)(blocks, n_blocks, out);
+}
 
 void UnpackCodesU8(const uint8_t* src, int64_t first, size_t n, int bits, uint8_t* dst) {
   HWY_DYNAMIC_DISPATCH(UnpackCodesU8Impl)(src, first, n, bits, dst);

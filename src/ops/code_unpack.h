@@ -29,6 +29,12 @@ void DequantizeCodesPerChannel(const uint8_t* codes, size_t n, const float* scal
 void DequantizeCodesPerChannelRef(const uint8_t* codes, size_t n, const float* scale,
                                   const float* min, float* out);
 
+// ggml blocks of 32 values (ggml-common.h layouts): q8_0 = fp16 d + 32 int8 (x = d * q);
+// q4_0 = fp16 d + 16 bytes, value j < 16 in the low nibble of byte j and value j + 16 in its
+// high nibble (x = d * (nibble - 8)).  blocks: [n_blocks]; out: [n_blocks * 32].
+void DequantizeQ8_0Blocks(const uint8_t* blocks, size_t n_blocks, float* out);
+void DequantizeQ4_0Blocks(const uint8_t* blocks, size_t n_blocks, float* out);
+
 }  // namespace kvpack
 
 #endif  // KVPACK_OPS_CODE_UNPACK_H_

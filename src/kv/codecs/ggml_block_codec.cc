@@ -1,5 +1,6 @@
 #include "kv/codecs/ggml_block_codec.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -7,6 +8,7 @@
 #include "core/aligned_buffer.h"
 #include "core/half.h"
 #include "kv/codecs/quant_common.h"
+#include "ops/code_unpack.h"
 #include "ops/ggml_quants.h"
 #include "ops/vec.h"
 
@@ -49,50 +51,37 @@ class GgmlBlockStore final : public ComponentStore {
     return static_cast<int64_t>(heads_[head].size() / row_bytes_);
   }
 
+  // Tiles of up to kTileRows rows are dequantized into a thread-local buffer and handed to
+  // the f32 tile kernels (see quant_common.h for why this is the fused form).
   void Scores(int head, const float* q, int n_q, int64_t t0, int64_t t1,
               float* scores) const override {
     const int d = shape_.head_dim;
-    const int64_t n = t1 - t0;
-    std::vector<float> codes(d), scale(n_blocks_);
-    for (int64_t t = t0; t < t1; ++t) {
-      const uint8_t* row = heads_[head].data() + t * row_bytes_;
-      if (format_ == GgmlBlockFormat::kQ8_0) {
-        for (int i = 0; i < n_q; ++i) scores[i * n + (t - t0)] = DotQ8_0F32(row, q + i * d, d);
-        continue;
-      }
-      UnpackRow(row, codes.data(), scale.data());
-      for (int i = 0; i < n_q; ++i) {
-        float acc = 0.0f;
-        for (int b = 0; b < n_blocks_; ++b) {
-          acc += scale[b] * DotF32(q + i * d + 32 * b, codes.data() + 32 * b, 32);
-        }
-        scores[i * n + (t - t0)] = acc;
-      }
+    std::vector<float>& tile = TileBuffer(d);
+    for (int64_t a = t0; a < t1; a += kTileRows) {
+      const int64_t e = std::min(t1, a + kTileRows);
+      Decode(head, a, e, tile.data());
+      DotRowsF32(tile.data(), e - a, d, q, n_q, scores + (a - t0), t1 - t0);
     }
   }
 
   void Accumulate(int head, const float* p, int n_q, int64_t t0, int64_t t1,
                   float* out) const override {
     const int d = shape_.head_dim;
-    const int64_t n = t1 - t0;
-    std::vector<float> codes(d), scale(n_blocks_);
-    for (int64_t t = t0; t < t1; ++t) {
-      UnpackRow(heads_[head].data() + t * row_bytes_, codes.data(), scale.data());
-      for (int i = 0; i < n_q; ++i) {
-        const float w = p[i * n + (t - t0)];
-        if (w == 0.0f) continue;
-        for (int b = 0; b < n_blocks_; ++b) {
-          AxpyF32(w * scale[b], codes.data() + 32 * b, out + i * d + 32 * b, 32);
-        }
-      }
+    std::vector<float>& tile = TileBuffer(d);
+    for (int64_t a = t0; a < t1; a += kTileRows) {
+      const int64_t e = std::min(t1, a + kTileRows);
+      Decode(head, a, e, tile.data());
+      AxpyRowsF32(p + (a - t0), n_q, t1 - t0, tile.data(), e - a, d, out);
     }
   }
 
   void Decode(int head, int64_t t0, int64_t t1, float* out) const override {
-    const int d = shape_.head_dim;
-    for (int64_t t = t0; t < t1; ++t) {
-      const GgmlType type = format_ == GgmlBlockFormat::kQ8_0 ? GgmlType::kQ8_0 : GgmlType::kQ4_0;
-      (void)DequantizeRow(type, heads_[head].data() + t * row_bytes_, out + (t - t0) * d, d);
+    const uint8_t* rows = heads_[head].data() + t0 * row_bytes_;
+    const size_t n_blocks = static_cast<size_t>(t1 - t0) * n_blocks_;
+    if (format_ == GgmlBlockFormat::kQ8_0) {
+      DequantizeQ8_0Blocks(rows, n_blocks, out);
+    } else {
+      DequantizeQ4_0Blocks(rows, n_blocks, out);
     }
   }
 
@@ -123,25 +112,11 @@ class GgmlBlockStore final : public ComponentStore {
   }
 
  private:
-  // codes: [head_dim] signed integer codes as floats; scale: [n_blocks] block scales d.
-  void UnpackRow(const uint8_t* row, float* codes, float* scale) const {
-    for (int b = 0; b < n_blocks_; ++b) {
-      const uint8_t* blk = row + b * block_bytes_;
-      uint16_t dbits;
-      std::memcpy(&dbits, blk, sizeof(dbits));
-      scale[b] = Fp16ToFp32(dbits);
-      float* c = codes + 32 * b;
-      if (format_ == GgmlBlockFormat::kQ8_0) {
-        const int8_t* qs = reinterpret_cast<const int8_t*>(blk + 2);
-        for (int j = 0; j < 32; ++j) c[j] = qs[j];
-      } else {
-        const uint8_t* qs = blk + 2;
-        for (int j = 0; j < 16; ++j) {
-          c[j] = static_cast<float>((qs[j] & 15) - 8);
-          c[j + 16] = static_cast<float>((qs[j] >> 4) - 8);
-        }
-      }
-    }
+  static constexpr int64_t kTileRows = 64;
+  static std::vector<float>& TileBuffer(int d) {
+    thread_local std::vector<float> tile;
+    if (tile.size() < static_cast<size_t>(kTileRows * d)) tile.resize(kTileRows * d);
+    return tile;
   }
 
   GgmlBlockFormat format_;
