@@ -132,8 +132,10 @@ Result<std::vector<PasskeyCell>> RunPasskey(
         // The same keys for every cache spec: the seed depends on the cell and trial only.
         const uint64_t seed = options.seed * 1000003u + static_cast<uint64_t>(length) * 7919u +
                               di * 131u + static_cast<uint64_t>(trial);
+        // The answer must fit the context too: a prompt is at most n_ctx - n_answer long.
+        const int64_t fit = std::min(length, session.n_ctx() - options.n_answer);
         KVPACK_ASSIGN_OR_RETURN(PasskeyPrompt p,
-                                MakePasskeyPrompt(tokenizer, length, cell.depth, seed));
+                                MakePasskeyPrompt(tokenizer, fit, cell.depth, seed));
         KVPACK_ASSIGN_OR_RETURN(cell.last_answer,
                                 AnswerPasskey(session, tokenizer, p, options.n_answer));
         cell.n_correct += PasskeyMatches(cell.last_answer, p.key) ? 1 : 0;

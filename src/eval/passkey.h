@@ -61,7 +61,8 @@ struct PasskeyCell {
   std::string last_answer;  // for reports
 };
 
-// Synthesised prompts: one cell per (length, depth), `trials` keys each.
+// Synthesised prompts: one cell per (length, depth), `trials` keys each; a length beyond
+// the session's context minus the answer is shortened to fit.
 Result<std::vector<PasskeyCell>> RunPasskey(
     Session& session, const Tokenizer& tokenizer, const PasskeyOptions& options,
     const std::function<void(const PasskeyCell&)>& on_cell = nullptr);

@@ -127,7 +127,9 @@ TEST(EvictionCacheTest, EveryCodecFreesEvictedStorageAndKeepsSurvivorsExact) {
         ASSERT_TRUE(cache.ApplyPolicy(l).ok()) << spec;
         const size_t bytes_after = cache.MemoryOf(l, KvComponent::kKey).payload_bytes() +
                                    cache.MemoryOf(l, KvComponent::kValue).payload_bytes();
-        if (evicts) EXPECT_LT(bytes_after, bytes_before) << spec;
+        if (evicts) {
+          EXPECT_LT(bytes_after, bytes_before) << spec;
+        }
         for (int h = 0; h < kKv; ++h) {
           const std::vector<int32_t>& kept = cache.positions(l, h);
           ASSERT_EQ(cache.keys(l).n_tokens(h), static_cast<int64_t>(kept.size())) << spec;
