@@ -4,6 +4,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/half.h"
@@ -89,6 +90,43 @@ void DequantizeCodesPerChannelImpl(const uint8_t* codes, size_t n, const float* 
   for (; i < n; ++i) out[i] = static_cast<float>(codes[i]) * scale[i] + min[i];
 }
 
+// Rows of up to kMaxRowCodes codes go through a stack buffer of unpacked codes.
+constexpr size_t kMaxRowCodes = 1024;
+
+void DequantizeRowsPerChannelImpl(const uint8_t* codes, size_t n_rows, size_t row_bytes,
+                                  int bits, size_t d, const float* scale, const float* min,
+                                  float* out) {
+  HWY_ALIGN uint8_t buf[kMaxRowCodes];
+  for (size_t r = 0; r < n_rows; ++r) {
+    const uint8_t* row = codes + r * row_bytes;
+    float* o = out + r * d;
+    for (size_t c0 = 0; c0 < d; c0 += kMaxRowCodes) {
+      const size_t n = std::min(kMaxRowCodes, d - c0);
+      UnpackCodesU8Impl(row, static_cast<int64_t>(c0), n, bits, buf);
+      DequantizeCodesPerChannelImpl(buf, n, scale + c0, min + c0, o + c0);
+    }
+  }
+}
+
+void DequantizeRowsPerTokenImpl(const uint8_t* codes, size_t n_rows, size_t row_bytes, int bits,
+                                size_t first, size_t n, size_t group, const uint16_t* params,
+                                size_t n_groups, float* out) {
+  HWY_ALIGN uint8_t buf[kMaxRowCodes];
+  for (size_t r = 0; r < n_rows; ++r) {
+    const uint8_t* row = codes + r * row_bytes;
+    const uint16_t* pr = params + r * n_groups * 2;
+    float* o = out + r * n;
+    for (size_t c = first; c < first + n;) {
+      const size_t g = c / group;
+      const size_t end = std::min({first + n, (g + 1) * group, c + kMaxRowCodes});
+      UnpackCodesU8Impl(row, static_cast<int64_t>(c), end - c, bits, buf);
+      DequantizeCodesImpl(buf, end - c, Fp16ToFp32(pr[2 * g]), Fp16ToFp32(pr[2 * g + 1]),
+                          o + (c - first));
+      c = end;
+    }
+  }
+}
+
 void DequantizeQ8_0BlocksImpl(const uint8_t* blocks, size_t n_blocks, float* out) {
   const hn::ScalableTag<float> d;
   const hn::Rebind<int32_t, decltype(d)> di;
@@ -135,13 +173,27 @@ void DequantizeQ4_0BlocksImpl(const uint8_t* blocks, size_t n_blocks, float* out
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <vector>
 namespace kvpack {
 HWY_EXPORT(UnpackCodesU8Impl);
 HWY_EXPORT(DequantizeCodesImpl);
 HWY_EXPORT(DequantizeCodesPerChannelImpl);
+HWY_EXPORT(DequantizeRowsPerChannelImpl);
+HWY_EXPORT(DequantizeRowsPerTokenImpl);
 HWY_EXPORT(DequantizeQ8_0BlocksImpl);
 HWY_EXPORT(DequantizeQ4_0BlocksImpl);
 
+void DequantizeRowsPerChannel(const uint8_t* codes, size_t n_rows, size_t row_bytes, int bits,
+                              size_t d, const float* scale, const float* min, float* out) {
+  HWY_DYNAMIC_DISPATCH(DequantizeRowsPerChannelImpl)(codes, n_rows, row_bytes, bits, d, scale,
+                                                     min, out);
+}
+void DequantizeRowsPerToken(const uint8_t* codes, size_t n_rows, size_t row_bytes, int bits,
+                            size_t first, size_t n, size_t group, const uint16_t* params,
+                            size_t n_groups, float* out) {
+  HWY_DYNAMIC_DISPATCH(DequantizeRowsPerTokenImpl)(codes, n_rows, row_bytes, bits, first, n,
+                                                   group, params, n_groups, out);
+}
 void DequantizeQ8_0Blocks(const uint8_t* blocks, size_t n_blocks, float* out) {
   HWY_DYNAMIC_DISPATCH(DequantizeQ8_0BlocksImpl)(blocks, n_blocks, out);
 }
@@ -176,6 +228,28 @@ void DequantizeCodesRef(const uint8_t* codes, size_t n, float scale, float min, 
 void DequantizeCodesPerChannelRef(const uint8_t* codes, size_t n, const float* scale,
                                   const float* min, float* out) {
   for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(codes[i]) * scale[i] + min[i];
+}
+void DequantizeRowsPerChannelRef(const uint8_t* codes, size_t n_rows, size_t row_bytes,
+                                 int bits, size_t d, const float* scale, const float* min,
+                                 float* out) {
+  std::vector<uint8_t> buf(d);
+  for (size_t r = 0; r < n_rows; ++r) {
+    UnpackCodesU8Ref(codes + r * row_bytes, 0, d, bits, buf.data());
+    DequantizeCodesPerChannelRef(buf.data(), d, scale, min, out + r * d);
+  }
+}
+void DequantizeRowsPerTokenRef(const uint8_t* codes, size_t n_rows, size_t row_bytes, int bits,
+                               size_t first, size_t n, size_t group, const uint16_t* params,
+                               size_t n_groups, float* out) {
+  std::vector<uint8_t> buf(n);
+  for (size_t r = 0; r < n_rows; ++r) {
+    UnpackCodesU8Ref(codes + r * row_bytes, static_cast<int64_t>(first), n, bits, buf.data());
+    for (size_t j = 0; j < n; ++j) {
+      const size_t g = (first + j) / group;
+      const uint16_t* p = params + (r * n_groups + g) * 2;
+      out[r * n + j] = static_cast<float>(buf[j]) * Fp16ToFp32(p[0]) + Fp16ToFp32(p[1]);
+    }
+  }
 }
 }  // namespace kvpack
 #endif  // HWY_ONCE

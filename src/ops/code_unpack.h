@@ -29,6 +29,25 @@ void DequantizeCodesPerChannel(const uint8_t* codes, size_t n, const float* scal
 void DequantizeCodesPerChannelRef(const uint8_t* codes, size_t n, const float* scale,
                                   const float* min, float* out);
 
+// Whole tiles in one dispatch (the codecs' hot path). Row r's packed codes start at
+// codes + r * row_bytes.
+//   Per-channel parameters shared by all rows (a KIVI key block):
+//     out[r * d + c] = code(r, c) * scale[c] + min[c]                       out: [n_rows, d]
+void DequantizeRowsPerChannel(const uint8_t* codes, size_t n_rows, size_t row_bytes, int bits,
+                              size_t d, const float* scale, const float* min, float* out);
+void DequantizeRowsPerChannelRef(const uint8_t* codes, size_t n_rows, size_t row_bytes,
+                                 int bits, size_t d, const float* scale, const float* min,
+                                 float* out);
+//   Per-token groups of `group` channels, fp16 (scale, min) pairs per row and group
+//   (params: [n_rows, n_groups, 2]); channels [first, first + n) of every row:
+//     out[r * n + j] = code(r, first + j) * scale(r, g) + min(r, g), g = (first + j) / group
+void DequantizeRowsPerToken(const uint8_t* codes, size_t n_rows, size_t row_bytes, int bits,
+                            size_t first, size_t n, size_t group, const uint16_t* params,
+                            size_t n_groups, float* out);
+void DequantizeRowsPerTokenRef(const uint8_t* codes, size_t n_rows, size_t row_bytes, int bits,
+                               size_t first, size_t n, size_t group, const uint16_t* params,
+                               size_t n_groups, float* out);
+
 // ggml blocks of 32 values (ggml-common.h layouts): q8_0 = fp16 d + 32 int8 (x = d * q);
 // q4_0 = fp16 d + 16 bytes, value j < 16 in the low nibble of byte j and value j + 16 in its
 // high nibble (x = d * (nibble - 8)).  blocks: [n_blocks]; out: [n_blocks * 32].

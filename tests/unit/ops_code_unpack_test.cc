@@ -94,6 +94,49 @@ TEST(CodeUnpack, DequantizeMatchesTheScalarTwin) {
   }
 }
 
+// Tile kernels against their scalar twins, with odd widths, windows and group sizes.
+TEST(CodeUnpack, RowTilesMatchTheScalarTwins) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (int bits : {2, 3, 4, 8}) {
+    for (size_t d : {8, 40, 64, 96}) {
+      const size_t row_bytes = (d * bits + 7) / 8 + 1, n_rows = 5;
+      std::vector<uint8_t> codes(n_rows * row_bytes);
+      for (auto& c : codes) c = static_cast<uint8_t>(rng() & 255);
+      std::vector<float> scale(d), min(d);
+      for (size_t c = 0; c < d; ++c) {
+        scale[c] = u(rng);
+        min[c] = u(rng);
+      }
+      std::vector<float> a(n_rows * d), b(n_rows * d);
+      DequantizeRowsPerChannel(codes.data(), n_rows, row_bytes, bits, d, scale.data(), min.data(),
+                               a.data());
+      DequantizeRowsPerChannelRef(codes.data(), n_rows, row_bytes, bits, d, scale.data(),
+                                  min.data(), b.data());
+      for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_NEAR(a[i], b[i], std::ldexp(1.0f, -22) * (255.0f * 2.0f + 2.0f)) << bits << " " << d;
+      }
+      for (size_t group : {4, 16, 32, 1000}) {
+        const size_t n_groups = (d + std::min(group, d) - 1) / std::min(group, d);
+        std::vector<uint16_t> params(n_rows * n_groups * 2);
+        for (auto& p : params) p = Fp32ToFp16(u(rng));
+        for (size_t first : {size_t{0}, d / 2}) {
+          const size_t n = d - first;
+          std::vector<float> x(n_rows * n), y(n_rows * n);
+          DequantizeRowsPerToken(codes.data(), n_rows, row_bytes, bits, first, n,
+                                 std::min(group, d), params.data(), n_groups, x.data());
+          DequantizeRowsPerTokenRef(codes.data(), n_rows, row_bytes, bits, first, n,
+                                    std::min(group, d), params.data(), n_groups, y.data());
+          for (size_t i = 0; i < x.size(); ++i) {
+            ASSERT_NEAR(x[i], y[i], std::ldexp(1.0f, -22) * (255.0f * 2.0f + 2.0f))
+                << bits << " " << d << " " << group << " " << first;
+          }
+        }
+      }
+    }
+  }
+}
+
 // The SIMD block dequantizers against ggml_quants' scalar DequantizeRow (the reference
 // layouts), on random blocks including extreme codes. (q4_0: (c - 8) * d computed as
 // c * d - 8d may differ by one rounding: bound ulp(9 |d| * 8).)

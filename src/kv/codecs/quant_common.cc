@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/half.h"
+#include "ops/code_dot.h"
 #include "ops/code_unpack.h"
 #include "ops/vec.h"
 
@@ -211,66 +212,109 @@ void TokenGroupRows::AppendRow(const float* row) {
 // Rows are expanded tile by tile (kTileRows rows of codes -> floats in a thread-local buffer
 // that stays in L1/L2) and handed to the tile kernels of ops/vec.h: attention reads the
 // compressed bytes once and never holds more than one tile of floats per thread.
+struct CodeTileScratch {
+  std::vector<float> values;        // [kTileRows, width] decoded tile
+  std::vector<uint8_t> codes;       // [width]
+  std::vector<uint8_t> tile_codes;  // [kTileRows, width] unpacked codes
+  std::vector<float> scale, min;    // [width] per-channel parameters of a block
+  std::vector<float> qs, qm, acc, psum;  // per-query work arrays of the algebraic forms
+  std::vector<float> row_scale;     // [kTileRows, n_groups]
+  std::vector<float> params;        // [kTileRows, n_groups, 2] fp16 params as floats
+  std::vector<float> msum;          // [n_q, n_groups]
+};
 namespace {
 constexpr int64_t kTileRows = 64;
 
-struct TileScratch {
-  std::vector<float> values;  // [kTileRows, width]
-  std::vector<uint8_t> codes; // [width]
-  std::vector<float> scale, min;
-};
-TileScratch& Scratch(int64_t width) {
-  thread_local TileScratch s;
+CodeTileScratch& Scratch(int64_t width) {
+  thread_local CodeTileScratch s;
   if (static_cast<int64_t>(s.codes.size()) < width) {
+    s.min.resize(std::max<int64_t>(kTileRows, width));
     s.values.resize(kTileRows * width);
+    s.tile_codes.resize(kTileRows * width);
     s.codes.resize(width);
     s.scale.resize(width);
-    s.min.resize(width);
   }
   return s;
 }
 }  // namespace
 
-void TokenGroupRows::DecodeRow(int64_t r, int c0, int n, uint8_t* codes, float* out) const {
-  UnpackCodesU8(&codes_[r * row_bytes_], c0, n, bits_, codes);
-  for (int c = c0; c < c0 + n;) {
-    const int g = c / group_;
-    const int end = std::min(c0 + n, (g + 1) * group_);
-    const GroupParams gp = Params(r, g);
-    DequantizeCodes(codes + (c - c0), end - c, Fp16ToFp32(gp.scale), Fp16ToFp32(gp.min),
-                    out + (c - c0));
-    c = end;
-  }
+void TokenGroupRows::DecodeRow(int64_t r, int c0, int n, float* out) const {
+  DequantizeRowsPerToken(&codes_[r * row_bytes_], 1, row_bytes_, bits_, c0, n, group_,
+                         &params_[r * n_groups_ * 2], n_groups_, out);
 }
 
 void TokenGroupRows::Decode(int64_t r0, int64_t r1, int c0, int n, float* out) const {
-  TileScratch& t = Scratch(n);
-  for (int64_t r = r0; r < r1; ++r) DecodeRow(r, c0, n, t.codes.data(), out + (r - r0) * n);
+  if (r0 >= r1) return;
+  DequantizeRowsPerToken(&codes_[r0 * row_bytes_], r1 - r0, row_bytes_, bits_, c0, n, group_,
+                         &params_[r0 * n_groups_ * 2], n_groups_, out);
+}
+
+// Selected rows k0..k1 of a Scores/Accumulate call into the scratch tile: consecutive rows in
+// one kernel call, an explicit row list (KCVT's shared value rows) row by row.
+void TokenGroupRows::DecodeSelected(int64_t r0, const int64_t* rows, int64_t k0, int64_t k1,
+                                    int c0, int n, CodeTileScratch& t) const {
+  if (rows == nullptr) {
+    Decode(r0 + k0, r0 + k1, c0, n, t.values.data());
+    return;
+  }
+  for (int64_t k = k0; k < k1; ++k) DecodeRow(rows[k], c0, n, &t.values[(k - k0) * n]);
 }
 
 void TokenGroupRows::Scores(int64_t r0, const int64_t* rows, int64_t n_sel, int c0, int n,
                             const float* q, int n_q, float* scores, int64_t ld,
                             int64_t col0) const {
-  TileScratch& t = Scratch(n);
+  CodeTileScratch& t = Scratch(n);
   for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
     const int64_t k1 = std::min(n_sel, k0 + kTileRows);
-    for (int64_t k = k0; k < k1; ++k) {
-      DecodeRow(rows ? rows[k] : r0 + k, c0, n, t.codes.data(), &t.values[(k - k0) * n]);
-    }
+    DecodeSelected(r0, rows, k0, k1, c0, n, t);
     DotRowsF32(t.values.data(), k1 - k0, n, q, n_q, scores + col0 + k0, ld);
   }
 }
 
+// Per row and group: sum_t p_t (code_t * scale_t + min_t) = sum_t (p_t * scale_t) code_t +
+// sum_t p_t min_t; the code part runs on unpacked codes, the min part per group.
 void TokenGroupRows::Accumulate(int64_t r0, const int64_t* rows, int64_t n_sel, int c0, int n,
                                 const float* p, int n_q, int64_t ld, int64_t col0,
                                 float* out) const {
-  TileScratch& t = Scratch(n);
+  if (n_sel <= 0) return;
+  CodeTileScratch& t = Scratch(n);
+  const int g0 = c0 / group_, g1 = (c0 + n - 1) / group_;  // groups the window touches
+  t.row_scale.resize(kTileRows * n_groups_);
+  t.params.resize(kTileRows * 2 * n_groups_);
+  t.msum.assign(static_cast<size_t>(n_q) * n_groups_, 0.0f);
+  const bool whole_rows = rows == nullptr && c0 == 0 && n == row_len_ &&
+                          row_bytes_ * 8 == static_cast<int64_t>(row_len_) * bits_;
   for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
     const int64_t k1 = std::min(n_sel, k0 + kTileRows);
-    for (int64_t k = k0; k < k1; ++k) {
-      DecodeRow(rows ? rows[k] : r0 + k, c0, n, t.codes.data(), &t.values[(k - k0) * n]);
+    if (whole_rows) {
+      UnpackCodesU8(&codes_[(r0 + k0) * row_bytes_], 0, (k1 - k0) * n, bits_, t.tile_codes.data());
     }
-    AxpyRowsF32(p + col0 + k0, n_q, ld, t.values.data(), k1 - k0, n, out);
+    // fp16 (scale, min) of the tile's rows -> floats in one vector pass.
+    const int64_t pk = 2 * n_groups_;
+    for (int64_t k = k0; k < k1; ++k) {
+      const int64_t r = rows ? rows[k] : r0 + k;
+      if (!whole_rows) UnpackCodesU8(&codes_[r * row_bytes_], c0, n, bits_, &t.tile_codes[(k - k0) * n]);
+      if (rows != nullptr || k == k0) {
+        const int64_t m = rows ? 1 : k1 - k0;
+        ConvertF16ToF32(&params_[r * pk], &t.params[(k - k0) * pk], m * pk);
+      }
+    }
+    const int64_t m = k1 - k0;
+    for (int g = g0; g <= g1; ++g) {
+      float* mins = &t.min[0];  // [m] this group's minima, contiguous for one dot per query
+      for (int64_t k = 0; k < m; ++k) {
+        t.row_scale[k * n_groups_ + g] = t.params[k * pk + 2 * g];
+        mins[k] = t.params[k * pk + 2 * g + 1];
+      }
+      for (int i = 0; i < n_q; ++i) {
+        t.msum[i * n_groups_ + g] += DotF32(p + i * ld + col0 + k0, mins, m);
+      }
+    }
+    AxpyCodeRows(p + col0 + k0, n_q, ld, t.tile_codes.data(), k1 - k0, n, n, c0, group_,
+                 t.row_scale.data(), n_groups_, out);
+  }
+  for (int i = 0; i < n_q; ++i) {
+    for (int c = 0; c < n; ++c) out[i * n + c] += t.msum[i * n_groups_ + (c0 + c) / group_];
   }
 }
 
@@ -338,38 +382,81 @@ int64_t ChannelBlocks::BlockOf(int64_t r) const {
 
 void ChannelBlocks::Decode(int64_t r0, int64_t r1, float* out) const {
   if (r0 >= r1) return;
-  TileScratch& t = Scratch(d_);
+  CodeTileScratch& t = Scratch(d_);
   for (int64_t b = BlockOf(r0); b < n_blocks() && block_start_[b] < r1; ++b) {
     const int64_t bs = std::max(r0, block_start_[b]);
     const int64_t be = std::min(r1, b + 1 < n_blocks() ? block_start_[b + 1] : n_rows_);
     ConvertF16ToF32(&params_[b * 2 * d_], t.scale.data(), d_);
     ConvertF16ToF32(&params_[b * 2 * d_ + d_], t.min.data(), d_);
-    for (int64_t r = bs; r < be; ++r) {
-      UnpackCodesU8(&codes_[r * row_bytes_], 0, d_, bits_, t.codes.data());
-      DequantizeCodesPerChannel(t.codes.data(), d_, t.scale.data(), t.min.data(),
-                                out + (r - r0) * d_);
+    DequantizeRowsPerChannel(&codes_[bs * row_bytes_], be - bs, row_bytes_, bits_, d_,
+                             t.scale.data(), t.min.data(), out + (bs - r0) * d_);
+  }
+}
+
+void ChannelBlocks::UnpackTile(int64_t a, int64_t e, uint8_t* out) const {
+  if (row_bytes_ * 8 == static_cast<int64_t>(d_) * bits_) {
+    UnpackCodesU8(&codes_[a * row_bytes_], 0, (e - a) * d_, bits_, out);  // one stream
+    return;
+  }
+  for (int64_t r = a; r < e; ++r) UnpackCodesU8(&codes_[r * row_bytes_], 0, d_, bits_, out + (r - a) * d_);
+}
+
+// Per block: q . (code * scale + min) = (q * scale) . code + q . min.
+void ChannelBlocks::Scores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
+                           int64_t ld, int64_t col0) const {
+  if (r0 >= r1) return;
+  CodeTileScratch& t = Scratch(d_);
+  t.qs.resize(static_cast<size_t>(n_q) * d_);
+  t.qm.resize(n_q);
+  for (int64_t b = BlockOf(r0); b < n_blocks() && block_start_[b] < r1; ++b) {
+    const int64_t bs = std::max(r0, block_start_[b]);
+    const int64_t be = std::min(r1, b + 1 < n_blocks() ? block_start_[b + 1] : n_rows_);
+    ConvertF16ToF32(&params_[b * 2 * d_], t.scale.data(), d_);
+    ConvertF16ToF32(&params_[b * 2 * d_ + d_], t.min.data(), d_);
+    for (int i = 0; i < n_q; ++i) {
+      for (int c = 0; c < d_; ++c) t.qs[i * d_ + c] = q[i * d_ + c] * t.scale[c];
+      t.qm[i] = DotF32(q + i * d_, t.min.data(), d_);
+    }
+    for (int64_t a = bs; a < be; a += kTileRows) {
+      const int64_t e = std::min(be, a + kTileRows);
+      UnpackTile(a, e, t.tile_codes.data());
+      float* sc = scores + col0 + (a - r0);
+      DotCodeRows(t.tile_codes.data(), e - a, d_, d_, t.qs.data(), n_q, sc, ld);
+      for (int i = 0; i < n_q; ++i) {
+        for (int64_t k = 0; k < e - a; ++k) sc[i * ld + k] += t.qm[i];
+      }
     }
   }
 }
 
-void ChannelBlocks::Scores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
-                           int64_t ld, int64_t col0) const {
-  // Decode uses the scratch's codes/scale/min, the tile lives in its values.
-  std::vector<float>& tile = Scratch(d_).values;
-  for (int64_t a = r0; a < r1; a += kTileRows) {
-    const int64_t e = std::min(r1, a + kTileRows);
-    Decode(a, e, tile.data());
-    DotRowsF32(tile.data(), e - a, d_, q, n_q, scores + col0 + (a - r0), ld);
-  }
-}
-
+// Per block: sum_r p_r (code_r * scale + min) = scale * (sum_r p_r code_r) + min * sum_r p_r.
 void ChannelBlocks::Accumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld,
                                int64_t col0, float* out) const {
-  std::vector<float>& tile = Scratch(d_).values;
-  for (int64_t a = r0; a < r1; a += kTileRows) {
-    const int64_t e = std::min(r1, a + kTileRows);
-    Decode(a, e, tile.data());
-    AxpyRowsF32(p + col0 + (a - r0), n_q, ld, tile.data(), e - a, d_, out);
+  if (r0 >= r1) return;
+  CodeTileScratch& t = Scratch(d_);
+  t.acc.resize(static_cast<size_t>(n_q) * d_);
+  t.psum.resize(n_q);
+  for (int64_t b = BlockOf(r0); b < n_blocks() && block_start_[b] < r1; ++b) {
+    const int64_t bs = std::max(r0, block_start_[b]);
+    const int64_t be = std::min(r1, b + 1 < n_blocks() ? block_start_[b + 1] : n_rows_);
+    std::fill(t.acc.begin(), t.acc.end(), 0.0f);
+    std::fill(t.psum.begin(), t.psum.end(), 0.0f);
+    for (int64_t a = bs; a < be; a += kTileRows) {
+      const int64_t e = std::min(be, a + kTileRows);
+      UnpackTile(a, e, t.tile_codes.data());
+      const float* pa = p + col0 + (a - r0);
+      AxpyCodeRows(pa, n_q, ld, t.tile_codes.data(), e - a, d_, d_, 0, d_, nullptr, 0,
+                   t.acc.data());
+      for (int i = 0; i < n_q; ++i) {
+        for (int64_t k = 0; k < e - a; ++k) t.psum[i] += pa[i * ld + k];
+      }
+    }
+    ConvertF16ToF32(&params_[b * 2 * d_], t.scale.data(), d_);
+    ConvertF16ToF32(&params_[b * 2 * d_ + d_], t.min.data(), d_);
+    for (int i = 0; i < n_q; ++i) {
+      float* o = out + i * d_;
+      for (int c = 0; c < d_; ++c) o[c] += t.scale[c] * t.acc[i * d_ + c] + t.min[c] * t.psum[i];
+    }
   }
 }
 

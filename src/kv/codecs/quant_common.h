@@ -10,10 +10,13 @@
 //     use; the compression ratio is measured against an fp16 cache, METHODS.md 0).
 //
 // Design goals: the containers hold the real packed form; Scores/Accumulate read it directly,
-// expanding one tile of at most 64 rows at a time into a thread-local float buffer that stays
-// in cache (SIMD unpack + dequantize, ops/code_unpack.h) and running the same tile kernels
-// as the f32 cache on it (ops/vec.h). The float form of the cache never exists beyond one
-// tile per thread; the bytes read from memory are the compressed ones.
+// one tile of at most 64 rows at a time: the packed codes are unpacked to one byte per code
+// (ops/code_unpack.h) and consumed in the algebraic form of the format (ops/code_dot.h):
+// per-channel groups fold the scale into the query and add q.min; per-token groups fold the
+// scale into the probability and add p.min per group. Only TokenGroupRows::Scores (per-token
+// key groups: FlexGen, HF axis 0) dequantizes the tile to floats first, since a per-group
+// scale inside a dot product would need one reduction per group. The float form of the
+// cache never exists beyond one tile per thread; the bytes read are the compressed ones.
 // Non-goals: thread safety of mutation; bit-exactness with the Python libraries (the
 // quantizer follows METHODS.md 0 exactly, HQQ follows the published update rules).
 #ifndef KVPACK_KV_CODECS_QUANT_COMMON_H_
@@ -65,6 +68,9 @@ void PackCodes(const uint8_t* codes, int64_t n, int bits, uint8_t* dst);
 // Codes [first, first + n) of a packed stream, as floats (exact small integers).
 void UnpackCodes(const uint8_t* src, int64_t first, int64_t n, int bits, float* dst);
 
+// Thread-local float tile and code buffers of the read path (quant_common.cc).
+struct CodeTileScratch;
+
 // ---------------------------------------------------------------------------------------
 // Per-token groups along channels. Row r holds row_len values in groups of `group`
 // consecutive channels (the last group may be shorter). Column windows [c0, c0 + n) let one
@@ -96,8 +102,11 @@ class TokenGroupRows {
   void AddMemory(MemoryUsage& m) const;
 
  private:
-  // Row r's channels [c0, c0 + n) as floats; codes: [n] scratch.
-  void DecodeRow(int64_t r, int c0, int n, uint8_t* codes, float* out) const;
+  // Row r's channels [c0, c0 + n) as floats.  out: [n]
+  void DecodeRow(int64_t r, int c0, int n, float* out) const;
+  // Selected rows k0..k1 of a Scores/Accumulate call into the scratch tile.
+  void DecodeSelected(int64_t r0, const int64_t* rows, int64_t k0, int64_t k1, int c0, int n,
+                      CodeTileScratch& t) const;
   GroupParams Params(int64_t r, int g) const {
     const uint16_t* p = &params_[(r * n_groups_ + g) * 2];
     return {p[0], p[1]};
@@ -137,6 +146,8 @@ class ChannelBlocks {
 
  private:
   int64_t BlockOf(int64_t r) const;  // index of the block holding row r
+  // Codes of rows [a, e), one byte per code.  out: [e - a, d]
+  void UnpackTile(int64_t a, int64_t e, uint8_t* out) const;
 
   int d_, bits_;
   QuantMethod method_;

@@ -1,0 +1,198 @@
+// Highway implementations of code_dot.h, compiled once per SIMD target (foreach_target).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/code_dot.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include <algorithm>
+
+#include "ops/code_dot.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvpack {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+
+HWY_INLINE hn::Vec<DF> LoadCodes(DF d, const uint8_t* p) {
+  const hn::Rebind<int32_t, DF> di;
+  const hn::Rebind<uint8_t, DF> d8;
+  return hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, p)));
+}
+
+// M (1..4) query rows share one conversion of each code vector; one reduction per row
+// and query.
+template <size_t M>
+HWY_INLINE void DotCodeRowsM(const uint8_t* codes, size_t n_rows, size_t row_stride,
+                             size_t dim, const float* q, float* scores, size_t ld) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  const size_t main = dim / N * N;
+  for (size_t t = 0; t < n_rows; ++t) {
+    const uint8_t* row = codes + t * row_stride;
+    auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+    for (size_t c = 0; c < main; c += N) {
+      const auto v = LoadCodes(d, row + c);
+      a0 = hn::MulAdd(v, hn::LoadU(d, q + c), a0);
+      if (M > 1) a1 = hn::MulAdd(v, hn::LoadU(d, q + dim + c), a1);
+      if (M > 2) a2 = hn::MulAdd(v, hn::LoadU(d, q + 2 * dim + c), a2);
+      if (M > 3) a3 = hn::MulAdd(v, hn::LoadU(d, q + 3 * dim + c), a3);
+    }
+    float s[4] = {hn::GetLane(hn::SumOfLanes(d, a0)), 0.0f, 0.0f, 0.0f};
+    if (M > 1) s[1] = hn::GetLane(hn::SumOfLanes(d, a1));
+    if (M > 2) s[2] = hn::GetLane(hn::SumOfLanes(d, a2));
+    if (M > 3) s[3] = hn::GetLane(hn::SumOfLanes(d, a3));
+    for (size_t c = main; c < dim; ++c) {
+      for (size_t k = 0; k < M; ++k) s[k] += q[k * dim + c] * static_cast<float>(row[c]);
+    }
+    for (size_t k = 0; k < M; ++k) scores[k * ld + t] = s[k];
+  }
+}
+
+void DotCodeRowsImpl(const uint8_t* codes, size_t n_rows, size_t row_stride, size_t dim,
+                     const float* q, size_t n_q, float* scores, size_t ld) {
+  for (size_t i0 = 0; i0 < n_q; i0 += 4) {
+    const float* qi = q + i0 * dim;
+    float* si = scores + i0 * ld;
+    switch (std::min<size_t>(4, n_q - i0)) {
+      case 1: DotCodeRowsM<1>(codes, n_rows, row_stride, dim, qi, si, ld); break;
+      case 2: DotCodeRowsM<2>(codes, n_rows, row_stride, dim, qi, si, ld); break;
+      case 3: DotCodeRowsM<3>(codes, n_rows, row_stride, dim, qi, si, ld); break;
+      default: DotCodeRowsM<4>(codes, n_rows, row_stride, dim, qi, si, ld); break;
+    }
+  }
+}
+
+// Columns [c, c + 2N) for M (1..4) query rows: the 2M output vectors stay in registers over
+// all rows. Each of the two vectors lies inside one scale group (ga, gb).
+template <size_t M>
+HWY_INLINE void AxpyCodeBlock(const float* p, size_t ld, const uint8_t* codes, size_t n_rows,
+                              size_t row_stride, size_t c, size_t ga, size_t gb,
+                              const float* row_scale, size_t scale_stride, float* out,
+                              size_t dim) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  float* o0 = out + c;
+  auto x0 = hn::LoadU(d, o0), y0 = hn::LoadU(d, o0 + N);
+  auto x1 = x0, y1 = y0, x2 = x0, y2 = y0, x3 = x0, y3 = y0;
+  if (M > 1) x1 = hn::LoadU(d, o0 + dim), y1 = hn::LoadU(d, o0 + dim + N);
+  if (M > 2) x2 = hn::LoadU(d, o0 + 2 * dim), y2 = hn::LoadU(d, o0 + 2 * dim + N);
+  if (M > 3) x3 = hn::LoadU(d, o0 + 3 * dim), y3 = hn::LoadU(d, o0 + 3 * dim + N);
+  for (size_t t = 0; t < n_rows; ++t) {
+    const uint8_t* row = codes + t * row_stride + c;
+    const auto va = LoadCodes(d, row), vb = LoadCodes(d, row + N);
+    const float sa = row_scale ? row_scale[t * scale_stride + ga] : 1.0f;
+    const float sb = row_scale ? row_scale[t * scale_stride + gb] : 1.0f;
+    const float w0 = p[t];
+    x0 = hn::MulAdd(hn::Set(d, w0 * sa), va, x0);
+    y0 = hn::MulAdd(hn::Set(d, w0 * sb), vb, y0);
+    if (M > 1) {
+      const float w = p[ld + t];
+      x1 = hn::MulAdd(hn::Set(d, w * sa), va, x1);
+      y1 = hn::MulAdd(hn::Set(d, w * sb), vb, y1);
+    }
+    if (M > 2) {
+      const float w = p[2 * ld + t];
+      x2 = hn::MulAdd(hn::Set(d, w * sa), va, x2);
+      y2 = hn::MulAdd(hn::Set(d, w * sb), vb, y2);
+    }
+    if (M > 3) {
+      const float w = p[3 * ld + t];
+      x3 = hn::MulAdd(hn::Set(d, w * sa), va, x3);
+      y3 = hn::MulAdd(hn::Set(d, w * sb), vb, y3);
+    }
+  }
+  hn::StoreU(x0, d, o0);
+  hn::StoreU(y0, d, o0 + N);
+  if (M > 1) hn::StoreU(x1, d, o0 + dim), hn::StoreU(y1, d, o0 + dim + N);
+  if (M > 2) hn::StoreU(x2, d, o0 + 2 * dim), hn::StoreU(y2, d, o0 + 2 * dim + N);
+  if (M > 3) hn::StoreU(x3, d, o0 + 3 * dim), hn::StoreU(y3, d, o0 + 3 * dim + N);
+}
+
+// Columns the register-blocked path cannot take (a vector straddling two groups, or the
+// tail), one element at a time.
+void AxpyCodeColumn(const float* p, size_t n_q, size_t ld, const uint8_t* codes, size_t n_rows,
+                    size_t row_stride, size_t c, size_t g, const float* row_scale,
+                    size_t scale_stride, float* out, size_t dim) {
+  for (size_t t = 0; t < n_rows; ++t) {
+    const float s = row_scale ? row_scale[t * scale_stride + g] : 1.0f;
+    const float v = static_cast<float>(codes[t * row_stride + c]);
+    for (size_t i = 0; i < n_q; ++i) out[i * dim + c] += (p[i * ld + t] * s) * v;
+  }
+}
+
+void AxpyCodeRowsImpl(const float* p, size_t n_q, size_t ld, const uint8_t* codes,
+                      size_t n_rows, size_t row_stride, size_t dim, size_t first, size_t group,
+                      const float* row_scale, size_t scale_stride, float* out) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  auto group_of = [&](size_t c) { return (first + c) / group; };
+  size_t c = 0;
+  while (c < dim) {
+    if (c + 2 * N <= dim && group_of(c) == group_of(c + N - 1) &&
+        group_of(c + N) == group_of(c + 2 * N - 1)) {
+      const size_t ga = group_of(c), gb = group_of(c + N);
+      for (size_t i0 = 0; i0 < n_q; i0 += 4) {
+        const float* pi = p + i0 * ld;
+        float* oi = out + i0 * dim;
+        switch (std::min<size_t>(4, n_q - i0)) {
+          case 1: AxpyCodeBlock<1>(pi, ld, codes, n_rows, row_stride, c, ga, gb, row_scale, scale_stride, oi, dim); break;
+          case 2: AxpyCodeBlock<2>(pi, ld, codes, n_rows, row_stride, c, ga, gb, row_scale, scale_stride, oi, dim); break;
+          case 3: AxpyCodeBlock<3>(pi, ld, codes, n_rows, row_stride, c, ga, gb, row_scale, scale_stride, oi, dim); break;
+          default: AxpyCodeBlock<4>(pi, ld, codes, n_rows, row_stride, c, ga, gb, row_scale, scale_stride, oi, dim); break;
+        }
+      }
+      c += 2 * N;
+    } else {
+      AxpyCodeColumn(p, n_q, ld, codes, n_rows, row_stride, c, group_of(c), row_scale,
+                     scale_stride, out, dim);
+      ++c;
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kvpack
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kvpack {
+HWY_EXPORT(DotCodeRowsImpl);
+HWY_EXPORT(AxpyCodeRowsImpl);
+
+void DotCodeRows(const uint8_t* codes, size_t n_rows, size_t row_stride, size_t d,
+                 const float* q, size_t n_q, float* scores, size_t ld) {
+  HWY_DYNAMIC_DISPATCH(DotCodeRowsImpl)(codes, n_rows, row_stride, d, q, n_q, scores, ld);
+}
+void AxpyCodeRows(const float* p, size_t n_q, size_t ld, const uint8_t* codes, size_t n_rows,
+                  size_t row_stride, size_t d, size_t first, size_t group,
+                  const float* row_scale, size_t scale_stride, float* out) {
+  HWY_DYNAMIC_DISPATCH(AxpyCodeRowsImpl)(p, n_q, ld, codes, n_rows, row_stride, d, first, group,
+                                         row_scale, scale_stride, out);
+}
+
+void DotCodeRowsRef(const uint8_t* codes, size_t n_rows, size_t row_stride, size_t d,
+                    const float* q, size_t n_q, float* scores, size_t ld) {
+  for (size_t t = 0; t < n_rows; ++t) {
+    for (size_t i = 0; i < n_q; ++i) {
+      double acc = 0.0;
+      for (size_t c = 0; c < d; ++c) acc += static_cast<double>(q[i * d + c]) * codes[t * row_stride + c];
+      scores[i * ld + t] = static_cast<float>(acc);
+    }
+  }
+}
+void AxpyCodeRowsRef(const float* p, size_t n_q, size_t ld, const uint8_t* codes, size_t n_rows,
+                     size_t row_stride, size_t d, size_t first, size_t group,
+                     const float* row_scale, size_t scale_stride, float* out) {
+  for (size_t t = 0; t < n_rows; ++t) {
+    for (size_t c = 0; c < d; ++c) {
+      const float s = row_scale ? row_scale[t * scale_stride + (first + c) / group] : 1.0f;
+      for (size_t i = 0; i < n_q; ++i) {
+        out[i * d + c] += p[i * ld + t] * s * static_cast<float>(codes[t * row_stride + c]);
+      }
+    }
+  }
+}
+}  // namespace kvpack
+#endif  // HWY_ONCE

@@ -1,0 +1,38 @@
+// Dot products and scaled accumulation directly on unpacked integer codes (one byte per
+// code, ops/code_unpack.h), SIMD through Highway with runtime dispatch, each with a scalar
+// twin (`...Ref`) compared in tests/unit/ops_code_dot_test.cc.
+//
+// Design goals: the quantized KV codecs use the algebraic form of their formats, so the
+// float values of the cache are never formed: for per-channel groups
+//   q . (code * scale + min) = (q * scale) . code + q . min,
+//   sum_t p_t (code_t * scale + min) = scale * (sum_t p_t code_t) + min * sum_t p_t,
+// and for per-token groups the per-(row, group) scale multiplies p_t before the codes are
+// accumulated. The kernels below do the code part; the codecs add the scale/min parts.
+#ifndef KVPACK_OPS_CODE_DOT_H_
+#define KVPACK_OPS_CODE_DOT_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvpack {
+
+// scores[i * ld + t] = sum_c q[i * d + c] * codes[t * row_stride + c]
+//   codes: [n_rows, row_stride] (first d used); q: [n_q, d]; scores: [n_q, ld].
+void DotCodeRows(const uint8_t* codes, size_t n_rows, size_t row_stride, size_t d,
+                 const float* q, size_t n_q, float* scores, size_t ld);
+void DotCodeRowsRef(const uint8_t* codes, size_t n_rows, size_t row_stride, size_t d,
+                    const float* q, size_t n_q, float* scores, size_t ld);
+
+// out[i * d + c] += sum_t p[i * ld + t] * s(t, c) * codes[t * row_stride + c], where
+// s(t, c) = row_scale[t * scale_stride + (first + c) / group], or 1 when row_scale is null.
+//   p: [n_q, ld]; codes: [n_rows, row_stride]; out: [n_q, d].
+void AxpyCodeRows(const float* p, size_t n_q, size_t ld, const uint8_t* codes, size_t n_rows,
+                  size_t row_stride, size_t d, size_t first, size_t group,
+                  const float* row_scale, size_t scale_stride, float* out);
+void AxpyCodeRowsRef(const float* p, size_t n_q, size_t ld, const uint8_t* codes, size_t n_rows,
+                     size_t row_stride, size_t d, size_t first, size_t group,
+                     const float* row_scale, size_t scale_stride, float* out);
+
+}  // namespace kvpack
+
+#endif  // KVPACK_OPS_CODE_DOT_H_
