@@ -7,6 +7,8 @@
 
 #include "core/aligned_buffer.h"
 #include "core/thread_pool.h"
+#include "kv/spec.h"
+#include "model/llama_forward.h"
 #include "ops/vec.h"
 
 namespace kvpack {
@@ -56,50 +58,178 @@ double MeasureReadBandwidth(int n_threads, size_t bytes, int repeats) {
   return sink[0] > 0 ? Median(rates) : 0.0;
 }
 
+namespace {
+
+// Keys and values of `n` tokens per layer, [layer][n, n_kv_heads, head_dim], from a real
+// forward pass over `tokens` with an exact cache.
+struct KvSnapshot {
+  int64_t n = 0;
+  std::vector<std::vector<float>> keys, values;
+};
+
+Result<KvSnapshot> CaptureKv(std::shared_ptr<const LlamaModel> model,
+                             std::span<const int32_t> tokens, int n_threads, int64_t n_batch) {
+  SessionOptions so;
+  so.n_threads = n_threads;
+  so.kv_spec = "f32";
+  so.n_ctx = static_cast<int64_t>(tokens.size());
+  so.n_batch = n_batch;
+  KVPACK_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, Session::Create(model, so));
+  std::vector<float> logits(session->n_vocab());
+  KVPACK_RETURN_IF_ERROR(session->Eval(tokens, LogitsFor::kLastToken, logits.data()));
+  const KvCache& cache = session->cache();
+  const KvCacheShape& shape = cache.shape();
+  const int64_t n = static_cast<int64_t>(tokens.size()), row = shape.n_kv_heads * shape.head_dim;
+  KvSnapshot snap;
+  snap.n = n;
+  std::vector<float> head(n * shape.head_dim);
+  for (int l = 0; l < shape.n_layers; ++l) {
+    for (int c = 0; c < 2; ++c) {
+      const ComponentStore& store = c == 0 ? cache.keys(l) : cache.values(l);
+      std::vector<float> all(n * row);
+      for (int h = 0; h < shape.n_kv_heads; ++h) {
+        store.Decode(h, 0, n, head.data());
+        for (int64_t t = 0; t < n; ++t) {
+          std::copy_n(&head[t * shape.head_dim], shape.head_dim,
+                      &all[t * row + h * shape.head_dim]);
+        }
+      }
+      (c == 0 ? snap.keys : snap.values).push_back(std::move(all));
+    }
+  }
+  return snap;
+}
+
+// A cache of `spec` holding the snapshot's first `depth` tokens, appended in chunks of n_batch.
+Result<std::unique_ptr<KvCache>> CacheFromSnapshot(const KvSnapshot& snap, const KvCacheShape& shape,
+                                                   const std::string& spec, int64_t depth,
+                                                   int64_t n_batch) {
+  KVPACK_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, KvCache::Create(shape, spec));
+  const int64_t row = shape.n_kv_heads * shape.head_dim;
+  std::vector<int32_t> pos;
+  for (int64_t t0 = 0; t0 < depth; t0 += n_batch) {
+    const int64_t n = std::min(n_batch, depth - t0);
+    pos.resize(n);
+    for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(t0 + i);
+    for (int l = 0; l < shape.n_layers; ++l) {
+      KVPACK_RETURN_IF_ERROR(cache->Append(l, &snap.keys[l][t0 * row], &snap.values[l][t0 * row],
+                                           pos.data(), n));
+    }
+  }
+  return cache;
+}
+
+// Times decode steps and one prefill chunk on `cache`, which holds `depth` tokens.
+Status TimeCache(const LlamaModel& model, KvCache& cache, int64_t depth, int n_threads,
+                 const SpeedOptions& o, std::mt19937& rng, SpeedPoint& p) {
+  const int64_t n_vocab = model.weights().output.n_out;
+  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(n_vocab - 1));
+  ThreadPool pool(n_threads);
+  ForwardScratch scratch;
+  std::vector<float> logits(n_vocab);
+  int32_t pos = static_cast<int32_t>(depth);
+  p.kv_bytes = static_cast<double>(cache.Memory().payload_bytes());
+  p.kv_bits_per_value = cache.Memory().bits_per_value();
+  std::vector<double> decode_rates;
+  for (int r = 0; r < o.repeats; ++r) {
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < o.n_decode; ++i, ++pos) {
+      const int32_t next = tok(rng);
+      KVPACK_RETURN_IF_ERROR(LlamaForward(model, &next, &pos, 1, cache, LogitsFor::kLastToken,
+                                          logits.data(), scratch, &pool));
+    }
+    decode_rates.push_back(o.n_decode / std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::vector<int32_t> prompt(o.n_prefill), positions(o.n_prefill);
+  for (int64_t i = 0; i < o.n_prefill; ++i) {
+    prompt[i] = tok(rng);
+    positions[i] = pos + static_cast<int32_t>(i);
+  }
+  const auto t0 = Clock::now();
+  KVPACK_RETURN_IF_ERROR(LlamaForward(model, prompt.data(), positions.data(), o.n_prefill, cache,
+                                      LogitsFor::kLastToken, logits.data(), scratch, &pool));
+  p.prefill_tok_s = o.n_prefill / std::chrono::duration<double>(Clock::now() - t0).count();
+  p.decode_tok_s = Median(decode_rates);
+  return Status::Ok();
+}
+
+// The same measurement through Session::Eval, for specs whose policy needs the real fill.
+Status TimeSession(std::shared_ptr<const LlamaModel> model, const std::string& spec,
+                   std::span<const int32_t> fill, int n_threads, const SpeedOptions& o,
+                   std::mt19937& rng, SpeedPoint& p) {
+  const int64_t n_vocab = model->weights().output.n_out;
+  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(n_vocab - 1));
+  SessionOptions so;
+  so.n_threads = n_threads;
+  so.kv_spec = spec;
+  so.n_ctx = static_cast<int64_t>(fill.size()) + o.repeats * o.n_decode + o.n_prefill;
+  so.n_batch = o.n_batch;
+  KVPACK_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, Session::Create(model, so));
+  std::vector<float> logits(n_vocab);
+  if (!fill.empty()) KVPACK_RETURN_IF_ERROR(session->Eval(fill, LogitsFor::kLastToken, logits.data()));
+  p.kv_bytes = static_cast<double>(session->cache().Memory().payload_bytes());
+  p.kv_bits_per_value = session->cache().Memory().bits_per_value();
+  std::vector<double> decode_rates;
+  for (int r = 0; r < o.repeats; ++r) {
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < o.n_decode; ++i) {
+      const int32_t next = tok(rng);
+      KVPACK_RETURN_IF_ERROR(session->Eval({&next, 1}, LogitsFor::kLastToken, logits.data()));
+    }
+    decode_rates.push_back(o.n_decode / std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::vector<int32_t> prompt(o.n_prefill);
+  for (auto& t : prompt) t = tok(rng);
+  const auto t0 = Clock::now();
+  KVPACK_RETURN_IF_ERROR(session->Eval(prompt, LogitsFor::kLastToken, logits.data()));
+  p.prefill_tok_s = o.n_prefill / std::chrono::duration<double>(Clock::now() - t0).count();
+  p.decode_tok_s = Median(decode_rates);
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::vector<SpeedPoint>> MeasureSpeed(std::shared_ptr<const LlamaModel> model,
                                              const SpeedOptions& o) {
-  std::vector<SpeedPoint> points;
+  std::vector<KvSpec> specs;
+  for (const std::string& text : o.kv_specs) {
+    KVPACK_ASSIGN_OR_RETURN(KvSpec spec, ParseKvSpec(text));
+    specs.push_back(std::move(spec));
+  }
   const int64_t n_vocab = model->weights().output.n_out;
+  const int64_t max_depth = *std::max_element(o.depths.begin(), o.depths.end());
+  if (max_depth + o.repeats * o.n_decode + o.n_prefill > model->config().n_ctx_train) {
+    return InvalidArgument("depth " + std::to_string(max_depth) + " + timed tokens exceed the "
+                           "model's context of " + std::to_string(model->config().n_ctx_train));
+  }
   std::mt19937 rng(1);
   std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(n_vocab - 1));
-  const double weight_bytes = static_cast<double>(model->weights().DecodeBytesPerToken(model->config()));
-  for (const std::string& spec : o.kv_specs) {
+  std::vector<int32_t> fill(max_depth);
+  for (auto& t : fill) t = tok(rng);
+  KvSnapshot snap;
+  if (max_depth > 0) {
+    const int threads = *std::max_element(o.threads.begin(), o.threads.end());
+    KVPACK_ASSIGN_OR_RETURN(snap, CaptureKv(model, fill, threads, o.n_batch));
+  }
+  const LlamaConfig& c = model->config();
+  const KvCacheShape shape{c.n_layers, c.n_kv_heads, c.head_dim};
+  const double weight_bytes = static_cast<double>(model->weights().DecodeBytesPerToken(c));
+  std::vector<SpeedPoint> points;
+  for (int64_t depth : o.depths) {
     for (int threads : o.threads) {
-      for (int64_t depth : o.depths) {
-        SessionOptions so;
-        so.n_threads = threads;
-        so.kv_spec = spec;
-        so.n_ctx = depth + std::max(o.n_prefill, o.n_decode) + 1;
-        so.n_batch = 512;
-        KVPACK_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, Session::Create(model, so));
-        std::vector<int32_t> fill(depth), prompt(o.n_prefill);
-        for (auto& t : fill) t = tok(rng);
-        for (auto& t : prompt) t = tok(rng);
-        std::vector<float> logits(n_vocab);
-        std::vector<double> prefill_rates, decode_rates;
+      for (size_t s = 0; s < specs.size(); ++s) {
         SpeedPoint p;
-        for (int r = 0; r < o.repeats; ++r) {
-          KVPACK_RETURN_IF_ERROR(session->Reset());
-          if (depth > 0) KVPACK_RETURN_IF_ERROR(session->Eval(fill, LogitsFor::kLastToken, logits.data()));
-          auto t0 = Clock::now();
-          KVPACK_RETURN_IF_ERROR(session->Eval(prompt, LogitsFor::kLastToken, logits.data()));
-          prefill_rates.push_back(o.n_prefill / std::chrono::duration<double>(Clock::now() - t0).count());
-          // Decode at the same depth: rebuild the cache to `depth` tokens.
-          KVPACK_RETURN_IF_ERROR(session->Reset());
-          if (depth > 0) KVPACK_RETURN_IF_ERROR(session->Eval(fill, LogitsFor::kLastToken, logits.data()));
-          p.kv_bytes = static_cast<double>(session->cache().Memory().payload_bytes());
-          t0 = Clock::now();
-          for (int64_t i = 0; i < o.n_decode; ++i) {
-            const int32_t next = tok(rng);
-            KVPACK_RETURN_IF_ERROR(session->Eval({&next, 1}, LogitsFor::kLastToken, logits.data()));
-          }
-          decode_rates.push_back(o.n_decode / std::chrono::duration<double>(Clock::now() - t0).count());
-        }
-        p.kv_spec = spec;
+        p.kv_spec = o.kv_specs[s];
         p.n_threads = threads;
         p.depth = depth;
-        p.prefill_tok_s = Median(prefill_rates);
-        p.decode_tok_s = Median(decode_rates);
+        if (specs[s].policy) {
+          KVPACK_RETURN_IF_ERROR(TimeSession(model, o.kv_specs[s], {fill.data(), size_t(depth)},
+                                             threads, o, rng, p));
+        } else {
+          KVPACK_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache,
+                                  CacheFromSnapshot(snap, shape, o.kv_specs[s], depth, o.n_batch));
+          KVPACK_RETURN_IF_ERROR(TimeCache(*model, *cache, depth, threads, o, rng, p));
+        }
         p.bytes_per_token = weight_bytes + p.kv_bytes;
         points.push_back(p);
       }

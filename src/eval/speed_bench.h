@@ -1,6 +1,16 @@
 // Speed measurement in llama-bench's style: prefill and decode tokens/s at a given context
 // depth, plus the machine's memory bandwidth so that decode can be expressed as a fraction
 // of its roofline (weights + KV bytes read per token / bandwidth).
+//
+// Protocol: random tokens are run once through the model with an exact (f32) cache up to
+// the largest depth, and their keys/values are kept. For every (depth, threads) point each
+// KV spec in turn gets a fresh cache holding the first `depth` of those tokens, appended in
+// prefill-sized chunks exactly as a prefill would store them (so the codecs hold real K/V,
+// and deep points do not pay a quadratic prefill per spec); then n_decode single-token
+// steps are timed, `repeats` times in a row (the depth grows by n_decode per repeat), then
+// one n_prefill-token chunk. Specs of one point run back to back, so their ratios share
+// the machine's state. Specs with an eviction policy need attention statistics from the
+// real forward pass, so their fill runs through Session::Eval (slower, same tokens).
 #ifndef KVPACK_EVAL_SPEED_BENCH_H_
 #define KVPACK_EVAL_SPEED_BENCH_H_
 
@@ -20,6 +30,7 @@ struct SpeedPoint {
   double decode_tok_s = 0.0;       // median over repeats, n_decode tokens after `depth`
   double bytes_per_token = 0.0;    // weights + KV payload read by one decode step
   double kv_bytes = 0.0;           // KV payload at the decode point
+  double kv_bits_per_value = 0.0;  // of the payload at the decode point
 };
 
 struct SpeedOptions {
@@ -28,6 +39,7 @@ struct SpeedOptions {
   std::vector<std::string> kv_specs = {"f16"};
   int64_t n_prefill = 128;
   int64_t n_decode = 32;
+  int64_t n_batch = 512;  // prefill chunk used to fill the caches
   int repeats = 3;
 };
 

@@ -27,7 +27,7 @@ std::vector<T> ParseList(const std::string& s) {
 Runner RegisterBench(CLI::App& app) {
   struct Args {
     std::string model, depths = "0,512,2048", threads = "1,2", kv = "f16";
-    int64_t n_prefill = 128, n_decode = 32;
+    int64_t n_prefill = 128, n_decode = 32, n_batch = 512;
     int repeats = 3;
   };
   auto args = std::make_shared<Args>();
@@ -36,9 +36,11 @@ Runner RegisterBench(CLI::App& app) {
   cmd->add_option("-m,--model", args->model, "GGUF model file")->required();
   cmd->add_option("-d,--depths", args->depths, "comma-separated context depths")->capture_default_str();
   cmd->add_option("-t,--threads", args->threads, "comma-separated thread counts")->capture_default_str();
-  cmd->add_option("--kv", args->kv, "KV spec(s), separated by ';'")->capture_default_str();
+  cmd->add_option("--kv", args->kv, "KV spec(s), separated by ';' (the first is the baseline of the ratio column)")->capture_default_str();
   cmd->add_option("-p,--n-prefill", args->n_prefill, "prompt tokens timed")->capture_default_str();
   cmd->add_option("-n,--n-decode", args->n_decode, "decode steps timed")->capture_default_str();
+  cmd->add_option("-b,--batch", args->n_batch, "prefill chunk used to fill the caches")
+      ->capture_default_str();
   cmd->add_option("-r,--repeats", args->repeats, "repeats (median reported)")->capture_default_str();
 
   return [args]() -> int {
@@ -53,7 +55,8 @@ Runner RegisterBench(CLI::App& app) {
     o.n_prefill = args->n_prefill;
     o.n_decode = args->n_decode;
     o.repeats = args->repeats;
-    if (o.depths.empty() || o.threads.empty() || o.kv_specs.empty() || o.repeats < 1 ||
+    o.n_batch = args->n_batch;
+    if (o.n_batch < 1 || o.depths.empty() || o.threads.empty() || o.kv_specs.empty() || o.repeats < 1 ||
         o.n_prefill < 1 || o.n_decode < 1) {
       return ReportError(InvalidArgument("empty or invalid list in the bench options"));
     }
@@ -64,18 +67,26 @@ Runner RegisterBench(CLI::App& app) {
     }
     auto points = MeasureSpeed(*model, o);
     if (!points.ok()) return ReportError(points.status());
-    std::printf("| kv | threads | depth | prefill tok/s | decode tok/s | bytes/token | copy GB/s | "
-                "roofline tok/s | decode / roofline | read GB/s | decode / read roofline |\n"
-                "|---|---|---|---|---|---|---|---|---|---|---|\n");
+    // Ratios are against the first spec at the same (depth, threads), measured in this run.
+    std::map<std::pair<int64_t, int>, double> base;
+    for (const SpeedPoint& p : *points) base.try_emplace({p.depth, p.n_threads}, p.decode_tok_s);
+    std::printf("| kv | threads | depth | KV bits/value | KV bytes | prefill tok/s | decode tok/s | "
+                "decode vs %s | bytes/token | decode / copy roofline | decode / read roofline |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|\n",
+                o.kv_specs[0].c_str());
     for (const SpeedPoint& p : *points) {
-      const double bw = bandwidth[p.n_threads];
-      const double roof = bw / p.bytes_per_token;
-      const double read_bw = read_bandwidth[p.n_threads];
-      std::printf("| %s | %d | %lld | %.1f | %.2f | %s | %.1f | %.1f | %.0f%% | %.1f | %.0f%% |\n",
-                  p.kv_spec.c_str(), p.n_threads, static_cast<long long>(p.depth), p.prefill_tok_s,
-                  p.decode_tok_s, FormatBytes(p.bytes_per_token).c_str(), bw / 1e9, roof,
-                  100.0 * p.decode_tok_s / roof, read_bw / 1e9,
-                  100.0 * p.decode_tok_s * p.bytes_per_token / read_bw);
+      const double roof = bandwidth[p.n_threads] / p.bytes_per_token;
+      const double read_roof = read_bandwidth[p.n_threads] / p.bytes_per_token;
+      std::printf("| %s | %d | %lld | %.2f | %s | %.1f | %.2f | %.2fx | %s | %.0f%% | %.0f%% |\n",
+                  p.kv_spec.c_str(), p.n_threads, static_cast<long long>(p.depth),
+                  p.kv_bits_per_value, FormatBytes(p.kv_bytes).c_str(), p.prefill_tok_s,
+                  p.decode_tok_s, p.decode_tok_s / base[{p.depth, p.n_threads}],
+                  FormatBytes(p.bytes_per_token).c_str(), 100.0 * p.decode_tok_s / roof,
+                  100.0 * p.decode_tok_s / read_roof);
+    }
+    for (int t : o.threads) {
+      std::printf("threads %d: copy bandwidth %.1f GB/s, read bandwidth %.1f GB/s\n", t,
+                  bandwidth[t] / 1e9, read_bandwidth[t] / 1e9);
     }
     return 0;
   };
