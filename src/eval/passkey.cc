@@ -32,6 +32,35 @@ int64_t CountTokens(const Tokenizer& tok, const std::string& text) {
   return static_cast<int64_t>(tok.Encode(text, /*add_special=*/true).size());
 }
 
+// Token range of the first "The pass key is <key>" key digits in p.text.
+void LocateKey(const Tokenizer& tok, PasskeyPrompt& p) {
+  const std::string lead = "The pass key is ";
+  const size_t at = p.text.find(lead + p.key);
+  if (at == std::string::npos) return;
+  const size_t digits = at + lead.size();
+  p.key_begin = CountTokens(tok, p.text.substr(0, digits));
+  p.key_end = CountTokens(tok, p.text.substr(0, digits + p.key.size()));
+  // A space merged into the first digit's token puts it one earlier.
+  if (p.key_begin > 0 && p.key_begin == p.key_end) --p.key_begin;
+}
+
+// Share of (layer, KV head) caches holding every position in [begin, end).
+double KeyRetained(const KvCache& cache, int64_t begin, int64_t end) {
+  const KvCacheShape& s = cache.shape();
+  int held = 0;
+  for (int l = 0; l < s.n_layers; ++l) {
+    for (int h = 0; h < s.n_kv_heads; ++h) {
+      const std::vector<int32_t>& pos = cache.positions(l, h);
+      bool all = true;
+      for (int64_t t = begin; t < end && all; ++t) {
+        all = std::binary_search(pos.begin(), pos.end(), static_cast<int32_t>(t));
+      }
+      held += all ? 1 : 0;
+    }
+  }
+  return static_cast<double>(held) / (s.n_layers * s.n_kv_heads);
+}
+
 }  // namespace
 
 Result<PasskeyPrompt> MakePasskeyPrompt(const Tokenizer& tokenizer, int64_t n_tokens, double depth,
@@ -49,7 +78,10 @@ Result<PasskeyPrompt> MakePasskeyPrompt(const Tokenizer& tokenizer, int64_t n_to
     const int64_t at = static_cast<int64_t>(std::llround(depth * static_cast<double>(n_filler)));
     p.text = Build(n_filler, at, p.key);
     p.n_tokens = CountTokens(tokenizer, p.text);
-    if (p.n_tokens <= n_tokens) break;
+    if (p.n_tokens <= n_tokens) {
+      LocateKey(tokenizer, p);
+      break;
+    }
     if (n_filler == 0) {
       return InvalidArgument("a passkey prompt needs at least " + std::to_string(p.n_tokens) +
                              " tokens; " + std::to_string(n_tokens) + " is too short");
@@ -84,6 +116,7 @@ Result<std::vector<PasskeyPrompt>> LoadPasskeyFile(const Tokenizer& tokenizer,
     p.depth = static_cast<double>(at) / static_cast<double>(input.size());
     p.text = input + "\n" + kQuestion;
     p.n_tokens = CountTokens(tokenizer, p.text);
+    LocateKey(tokenizer, p);
     prompts.push_back(std::move(p));
   }
   return prompts;
@@ -98,14 +131,18 @@ bool PasskeyMatches(const std::string& answer, const std::string& key) {
   return digits == key;
 }
 
-Result<std::string> AnswerPasskey(Session& session, const Tokenizer& tokenizer,
-                                  const PasskeyPrompt& prompt, int64_t n_answer) {
+Result<PasskeyAnswer> AnswerPasskey(Session& session, const Tokenizer& tokenizer,
+                                    const PasskeyPrompt& prompt, int64_t n_answer) {
   const std::vector<int32_t> tokens = tokenizer.Encode(prompt.text, /*add_special=*/true);
   KVPACK_RETURN_IF_ERROR(session.Reset());
   KVPACK_RETURN_IF_ERROR(session.BeginSequence(
       {.n_prompt = static_cast<int64_t>(tokens.size()), .n_generate = n_answer}));
   std::vector<float> logits(session.n_vocab());
   KVPACK_RETURN_IF_ERROR(session.Eval(tokens, LogitsFor::kLastToken, logits.data()));
+  PasskeyAnswer out;
+  if (session.cache().position_mode() == PositionMode::kOriginal && prompt.key_end > 0) {
+    out.key_retained = KeyRetained(session.cache(), prompt.key_begin, prompt.key_end);
+  }
   std::vector<int32_t> answer;
   for (int64_t i = 0; i < n_answer; ++i) {
     const int32_t next =
@@ -115,7 +152,8 @@ Result<std::string> AnswerPasskey(Session& session, const Tokenizer& tokenizer,
     if (i + 1 == n_answer) break;
     KVPACK_RETURN_IF_ERROR(session.Eval({&next, 1}, LogitsFor::kLastToken, logits.data()));
   }
-  return tokenizer.Decode(answer);
+  out.text = tokenizer.Decode(answer);
+  return out;
 }
 
 Result<std::vector<PasskeyCell>> RunPasskey(
@@ -136,9 +174,14 @@ Result<std::vector<PasskeyCell>> RunPasskey(
         const int64_t fit = std::min(length, session.n_ctx() - options.n_answer);
         KVPACK_ASSIGN_OR_RETURN(PasskeyPrompt p,
                                 MakePasskeyPrompt(tokenizer, fit, cell.depth, seed));
-        KVPACK_ASSIGN_OR_RETURN(cell.last_answer,
+        KVPACK_ASSIGN_OR_RETURN(PasskeyAnswer a,
                                 AnswerPasskey(session, tokenizer, p, options.n_answer));
-        cell.n_correct += PasskeyMatches(cell.last_answer, p.key) ? 1 : 0;
+        cell.last_answer = a.text;
+        cell.n_correct += PasskeyMatches(a.text, p.key) ? 1 : 0;
+        if (a.key_retained >= 0.0) {
+          cell.key_retained =
+              (cell.key_retained < 0.0 ? 0.0 : cell.key_retained) + a.key_retained / options.trials;
+        }
         ++cell.n_trials;
       }
       if (on_cell) on_cell(cell);
@@ -156,8 +199,10 @@ Result<std::vector<PasskeyCell>> RunPasskeyPrompts(Session& session, const Token
     PasskeyCell cell;
     cell.length = p.n_tokens;
     cell.depth = p.depth;
-    KVPACK_ASSIGN_OR_RETURN(cell.last_answer, AnswerPasskey(session, tokenizer, p, n_answer));
-    cell.n_correct = PasskeyMatches(cell.last_answer, p.key) ? 1 : 0;
+    KVPACK_ASSIGN_OR_RETURN(PasskeyAnswer a, AnswerPasskey(session, tokenizer, p, n_answer));
+    cell.last_answer = a.text;
+    cell.key_retained = a.key_retained;
+    cell.n_correct = PasskeyMatches(a.text, p.key) ? 1 : 0;
     cell.n_trials = 1;
     cells.push_back(std::move(cell));
   }

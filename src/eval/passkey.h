@@ -8,6 +8,11 @@
 // Remember it. K is the pass key." after round(depth * n_filler) filler lines, then the
 // question "What is the pass key? The pass key is". The answer is greedy; it is correct
 // when the first five digits it contains are the key.
+//
+// Small models retrieve nothing, so the harness also reports what eviction did to the key
+// itself: the share of (layer, KV head) caches that still hold every token of the key line's
+// first key right after the prompt (positions=original only; compact positions renumber
+// tokens, so it is not measured there).
 #ifndef KVPACK_EVAL_PASSKEY_H_
 #define KVPACK_EVAL_PASSKEY_H_
 
@@ -26,6 +31,9 @@ struct PasskeyPrompt {
   std::string key;       // 5 digits
   double depth = 0.0;    // where the key line sits, 0 (start) .. 1 (end of the filler)
   int64_t n_tokens = 0;  // prompt tokens, BOS included
+  // Token positions [key_begin, key_end) of the key's first occurrence (approximate at the
+  // boundaries: found by tokenizing the prompt's prefixes).
+  int64_t key_begin = 0, key_end = 0;
 };
 
 // A prompt of about n_tokens tokens (never more) with the key from `seed` at `depth`.
@@ -40,10 +48,15 @@ Result<std::vector<PasskeyPrompt>> LoadPasskeyFile(const Tokenizer& tokenizer,
 // The first five digits of `answer` (ignoring anything else) equal `key`.
 bool PasskeyMatches(const std::string& answer, const std::string& key);
 
+struct PasskeyAnswer {
+  std::string text;
+  double key_retained = -1.0;  // share of (layer, head) holding the key after the prompt; -1: n/a
+};
+
 // Prefills the prompt (announced to the session's policy with n_answer planned tokens),
-// then decodes n_answer tokens greedily; returns the answer text.
-Result<std::string> AnswerPasskey(Session& session, const Tokenizer& tokenizer,
-                                  const PasskeyPrompt& prompt, int64_t n_answer);
+// then decodes n_answer tokens greedily.
+Result<PasskeyAnswer> AnswerPasskey(Session& session, const Tokenizer& tokenizer,
+                                    const PasskeyPrompt& prompt, int64_t n_answer);
 
 struct PasskeyOptions {
   std::vector<int64_t> lengths = {256, 512, 1024};
@@ -58,7 +71,8 @@ struct PasskeyCell {
   double depth = 0.0;
   int n_correct = 0;
   int n_trials = 0;
-  std::string last_answer;  // for reports
+  double key_retained = -1.0;  // mean over trials (-1: not measured)
+  std::string last_answer;     // for reports
 };
 
 // Synthesised prompts: one cell per (length, depth), `trials` keys each; a length beyond

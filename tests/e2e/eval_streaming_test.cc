@@ -138,6 +138,28 @@ TEST(PasskeyTest, PromptsHaveTheKeyAtTheRequestedDepthAndLength) {
   EXPECT_FALSE(PasskeyMatches(" 54321", "12345"));
 }
 
+TEST(PasskeyTest, ReportsWhetherEvictionKeptTheKey) {
+  const Tokenizer& tok = *Stories().tokenizer;
+  Result<PasskeyPrompt> early = MakePasskeyPrompt(tok, 300, 0.0, 5);
+  Result<PasskeyPrompt> late = MakePasskeyPrompt(tok, 300, 1.0, 5);
+  ASSERT_TRUE(early.ok() && late.ok());
+  EXPECT_GT(early->key_end, early->key_begin);
+  const std::vector<int32_t> ids = tok.Encode(early->text, true);
+  EXPECT_EQ(tok.Decode({ids.begin() + early->key_begin, ids.begin() + early->key_end})
+                    .find(early->key.substr(1)) != std::string::npos,
+            true);
+  auto retained = [&](const char* kv, const PasskeyPrompt& p) {
+    std::unique_ptr<Session> s = MakeSession(kv, 512, 64);
+    Result<PasskeyAnswer> a = AnswerPasskey(*s, tok, p, 2);
+    EXPECT_TRUE(a.ok()) << a.status().message();
+    return a->key_retained;
+  };
+  EXPECT_EQ(retained("f16", *early), 1.0);
+  EXPECT_EQ(retained("window:budget=0.3 + f16", *early), 0.0);
+  EXPECT_EQ(retained("window:budget=0.3 + f16", *late), 1.0);
+  EXPECT_EQ(retained("window:budget=0.3,positions=compact + f32", *late), -1.0);  // n/a
+}
+
 TEST(PasskeyTest, ReadsKivisFileAndRunsAgainstEveryCache) {
   const Tokenizer& tok = *Stories().tokenizer;
   Result<std::vector<PasskeyPrompt>> file =

@@ -125,28 +125,47 @@ Runner RegisterPasskey(CLI::App& app) {
       }
       results.push_back(std::move(*cells));
     }
-    std::printf("| length | depth |");
-    for (const std::string& s : specs) std::printf(" `%s` |", s.c_str());
-    std::printf("\n|---:|---:|");
-    for (size_t i = 0; i < specs.size(); ++i) std::printf("---:|");
-    std::printf("\n");
-    std::vector<int> correct(specs.size(), 0), total(specs.size(), 0);
-    for (size_t c = 0; c < results[0].size(); ++c) {
-      std::printf("| %lld | %.2f |", static_cast<long long>(results[0][c].length),
-                  results[0][c].depth);
+    // Accuracy, then the share of (layer, head) caches that kept the key after the prompt.
+    for (int table = 0; table < 2; ++table) {
+      std::printf(table == 0
+                      ? "Accuracy (correct / trials):\n\n"
+                      : "\nKey kept after the prompt (share of layer x KV head caches):\n\n");
+      std::printf("| length | depth |");
+      for (const std::string& s : specs) std::printf(" `%s` |", s.c_str());
+      std::printf("\n|---:|---:|");
+      for (size_t i = 0; i < specs.size(); ++i) std::printf("---:|");
+      std::printf("\n");
+      std::vector<double> sum(specs.size(), 0.0), count(specs.size(), 0.0);
+      for (size_t c = 0; c < results[0].size(); ++c) {
+        std::printf("| %lld | %.2f |", static_cast<long long>(results[0][c].length),
+                    results[0][c].depth);
+        for (size_t s = 0; s < specs.size(); ++s) {
+          const PasskeyCell& cell = results[s][c];
+          if (table == 0) {
+            std::printf(" %d/%d |", cell.n_correct, cell.n_trials);
+            sum[s] += cell.n_correct;
+            count[s] += cell.n_trials;
+          } else if (cell.key_retained < 0.0) {
+            std::printf(" n/a |");
+          } else {
+            std::printf(" %.2f |", cell.key_retained);
+            sum[s] += cell.key_retained;
+            count[s] += 1.0;
+          }
+        }
+        std::printf("\n");
+      }
+      std::printf("| all | |");
       for (size_t s = 0; s < specs.size(); ++s) {
-        const PasskeyCell& cell = results[s][c];
-        std::printf(" %d/%d |", cell.n_correct, cell.n_trials);
-        correct[s] += cell.n_correct;
-        total[s] += cell.n_trials;
+        if (count[s] == 0.0) {
+          std::printf(" n/a |");
+        } else {
+          std::printf(table == 0 ? " %.1f%% |" : " %.2f |",
+                      (table == 0 ? 100.0 : 1.0) * sum[s] / count[s]);
+        }
       }
       std::printf("\n");
     }
-    std::printf("| all | |");
-    for (size_t s = 0; s < specs.size(); ++s) {
-      std::printf(" %.1f%% |", 100.0 * correct[s] / std::max(1, total[s]));
-    }
-    std::printf("\n");
     return 0;
   };
 }
