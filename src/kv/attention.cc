@@ -31,18 +31,13 @@ struct SoftmaxState {
 void FoldTile(SoftmaxState& st, float* s, int n_q, int64_t n, int head_dim) {
   for (int i = 0; i < n_q; ++i) {
     float* row = s + i * n;
-    float mx = st.m[i];
-    for (int64_t t = 0; t < n; ++t) mx = std::max(mx, row[t]);
+    const float mx = std::max(st.m[i], MaxF32(row, n));
     if (mx == -std::numeric_limits<float>::infinity()) {
       std::fill(row, row + n, 0.0f);
       continue;
     }
     const float corr = std::exp(st.m[i] - mx);  // exp(-inf) = 0 on the first tile
-    float sum = 0.0f;
-    for (int64_t t = 0; t < n; ++t) {
-      row[t] = std::exp(row[t] - mx);
-      sum += row[t];
-    }
+    const float sum = ExpSubtractSum(row, n, mx);
     st.l[i] = st.l[i] * corr + sum;
     st.m[i] = mx;
     if (corr != 1.0f) {

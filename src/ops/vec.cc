@@ -3,8 +3,10 @@
 #define HWY_TARGET_INCLUDE "ops/vec.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
 
 #include <cstring>
+#include <limits>
 
 #include "core/half.h"
 
@@ -201,6 +203,42 @@ void AxpyRowsF16Impl(const float* p, size_t n_q, size_t ld, const uint16_t* rows
   AxpyRowsImpl(p, n_q, ld, rows, n_rows, dim, out);
 }
 
+float MaxF32Impl(const float* x, size_t n) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  auto m = hn::Set(d, -std::numeric_limits<float>::infinity());
+  size_t i = 0;
+  for (; i + N <= n; i += N) m = hn::Max(m, hn::LoadU(d, x + i));
+  float r = hn::GetLane(hn::MaxOfLanes(d, m));
+  for (; i < n; ++i) r = x[i] > r ? x[i] : r;
+  return r;
+}
+
+// Highway's Exp (contrib/math, about 1 ulp) returns 0 below -104, so -inf scores become 0.
+float ExpSubtractSumImpl(float* x, size_t n, float shift) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const auto vs = hn::Set(d, shift);
+  auto sum = hn::Zero(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vs));
+    hn::StoreU(e, d, x + i);
+    sum = hn::Add(sum, e);
+  }
+  if (i < n) {
+    // Tail through a padded buffer (Highway 1.0.3 has no LoadN/StoreN).
+    HWY_ALIGN float tail[hn::MaxLanes(d)];
+    const size_t rest = n - i;
+    for (size_t k = 0; k < N; ++k) tail[k] = k < rest ? x[i + k] : shift - 1000.0f;
+    const auto e = hn::Exp(d, hn::Sub(hn::Load(d, tail), vs));  // padding gives exp(-1000) = 0
+    hn::Store(e, d, tail);
+    for (size_t k = 0; k < rest; ++k) x[i + k] = tail[k];
+    sum = hn::Add(sum, e);
+  }
+  return hn::GetLane(hn::SumOfLanes(d, sum));
+}
+
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -220,6 +258,8 @@ HWY_EXPORT(AxpyF16Impl);
 HWY_EXPORT(ConvertF32ToF16Impl);
 HWY_EXPORT(ConvertF16ToF32Impl);
 HWY_EXPORT(TargetNameImpl);
+HWY_EXPORT(MaxF32Impl);
+HWY_EXPORT(ExpSubtractSumImpl);
 HWY_EXPORT(DotRowsF32Impl);
 HWY_EXPORT(DotRowsF16Impl);
 HWY_EXPORT(AxpyRowsF32Impl);
@@ -265,6 +305,10 @@ void ConvertF32ToF16(const float* src, uint16_t* dst, size_t n) {
 }
 void ConvertF16ToF32(const uint16_t* src, float* dst, size_t n) {
   HWY_DYNAMIC_DISPATCH(ConvertF16ToF32Impl)(src, dst, n);
+}
+float MaxF32(const float* x, size_t n) { return HWY_DYNAMIC_DISPATCH(MaxF32Impl)(x, n); }
+float ExpSubtractSum(float* x, size_t n, float shift) {
+  return HWY_DYNAMIC_DISPATCH(ExpSubtractSumImpl)(x, n, shift);
 }
 const char* SimdTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
 }  // namespace kvpack

@@ -44,6 +44,11 @@ void AxpyRowsF16(const float* p, size_t n_q, size_t ld, const uint16_t* rows, si
 void ConvertF32ToF16(const float* src, uint16_t* dst, size_t n);
 void ConvertF16ToF32(const uint16_t* src, float* dst, size_t n);
 
+// Softmax pieces: the largest of x[0..n) (-inf when n == 0), and x[i] = exp(x[i] - shift)
+// in place returning the sum of the results (-inf inputs give 0).
+float MaxF32(const float* x, size_t n);
+float ExpSubtractSum(float* x, size_t n, float shift);
+
 // Name of the SIMD target chosen at run time ("AVX3", "AVX2", ...).
 const char* SimdTargetName();
 

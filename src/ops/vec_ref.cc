@@ -1,6 +1,9 @@
 #include "ops/vec_ref.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/half.h"
 
@@ -53,6 +56,21 @@ void ConvertF32ToF16Ref(const float* src, uint16_t* dst, size_t n) {
 
 void ConvertF16ToF32Ref(const uint16_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = Fp16ToFp32(src[i]);
+}
+
+float MaxF32Ref(const float* x, size_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+float ExpSubtractSumRef(float* x, size_t n, float shift) {
+  float sum = 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - shift);
+    sum += x[i];
+  }
+  return sum;
 }
 
 }  // namespace kvpack

@@ -3,6 +3,7 @@
 // gamma_n = n*eps/(1-n*eps) (Higham, Accuracy and Stability, 3.1); both the kernel and the
 // reference carry such an error, so we allow 2 * gamma_n * sum|a_i b_i|.
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -148,6 +149,34 @@ TEST(VecTest, RowTileKernelsMatchPerRowReference) {
       // |err| <= n_rows * 2 eps * (|out| + max p * max |row|) ~ 37 * 2.4e-7 * 20.
       for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], out_ref[i], 1e-4) << fmt;
     }
+  }
+}
+
+}  // namespace
+}  // namespace kvpack
+
+namespace kvpack {
+namespace {
+
+// Softmax pieces against the scalar twins: max exactly; exp within 4 ulp of std::exp
+// (Highway's Exp is documented at about 1 ulp), -inf to 0, sums within n ulps of the sum.
+TEST(VecSoftmax, MaxAndExpMatchTheTwins) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-30.0f, 5.0f);
+  for (size_t n : {0, 1, 7, 15, 16, 17, 33, 128, 131}) {
+    std::vector<float> x(n + 1);
+    for (auto& v : x) v = u(rng);
+    if (n > 3) x[2] = -std::numeric_limits<float>::infinity();
+    EXPECT_EQ(MaxF32(x.data() + 1, n), MaxF32Ref(x.data() + 1, n)) << n;
+    std::vector<float> a = x, b = x;
+    const float sa = ExpSubtractSum(a.data() + 1, n, 2.5f);
+    const float sb = ExpSubtractSumRef(b.data() + 1, n, 2.5f);
+    EXPECT_EQ(a[0], x[0]) << "wrote before the range";
+    for (size_t i = 1; i <= n; ++i) {
+      ASSERT_NEAR(a[i], b[i], 4.0f * std::ldexp(std::fabs(b[i]), -23) + 1e-38f) << n << " " << i;
+    }
+    if (n > 3) EXPECT_EQ(a[2], 0.0f);
+    EXPECT_NEAR(sa, sb, (n + 4) * std::ldexp(std::fabs(sb), -23) + 1e-37f) << n;
   }
 }
 
