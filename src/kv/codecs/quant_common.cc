@@ -263,11 +263,48 @@ void TokenGroupRows::DecodeSelected(int64_t r0, const int64_t* rows, int64_t k0,
 void TokenGroupRows::Scores(int64_t r0, const int64_t* rows, int64_t n_sel, int c0, int n,
                             const float* q, int n_q, float* scores, int64_t ld,
                             int64_t col0) const {
+  if (n_sel <= 0) return;
   CodeTileScratch& t = Scratch(n);
+  const int g = c0 / group_;
+  if (g != (c0 + n - 1) / group_) {
+    // The window spans several groups: a per-group scale inside the dot product would need
+    // one reduction per group, so dequantize the tile and use the float kernel.
+    for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
+      const int64_t k1 = std::min(n_sel, k0 + kTileRows);
+      DecodeSelected(r0, rows, k0, k1, c0, n, t);
+      DotRowsF32(t.values.data(), k1 - k0, n, q, n_q, scores + col0 + k0, ld);
+    }
+    return;
+  }
+  // One group per row: q . (code * scale + min) = scale * (q . code) + min * sum(q).
+  t.qm.resize(n_q);
+  t.row_scale.resize(kTileRows);
+  for (int i = 0; i < n_q; ++i) {
+    float sum = 0.0f;
+    for (int c = 0; c < n; ++c) sum += q[i * n + c];
+    t.qm[i] = sum;
+  }
+  const bool whole_rows = rows == nullptr && c0 == 0 && n == row_len_ &&
+                          row_bytes_ * 8 == static_cast<int64_t>(row_len_) * bits_;
   for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
     const int64_t k1 = std::min(n_sel, k0 + kTileRows);
-    DecodeSelected(r0, rows, k0, k1, c0, n, t);
-    DotRowsF32(t.values.data(), k1 - k0, n, q, n_q, scores + col0 + k0, ld);
+    if (whole_rows) {
+      UnpackCodesU8(&codes_[(r0 + k0) * row_bytes_], 0, (k1 - k0) * n, bits_, t.tile_codes.data());
+    }
+    for (int64_t k = k0; k < k1; ++k) {
+      const int64_t r = rows ? rows[k] : r0 + k;
+      if (!whole_rows) UnpackCodesU8(&codes_[r * row_bytes_], c0, n, bits_, &t.tile_codes[(k - k0) * n]);
+      const GroupParams gp = Params(r, g);
+      t.row_scale[k - k0] = Fp16ToFp32(gp.scale);
+      t.min[k - k0] = Fp16ToFp32(gp.min);
+    }
+    float* sc = scores + col0 + k0;
+    DotCodeRows(t.tile_codes.data(), k1 - k0, n, n, q, n_q, sc, ld);
+    for (int i = 0; i < n_q; ++i) {
+      for (int64_t k = 0; k < k1 - k0; ++k) {
+        sc[i * ld + k] = t.row_scale[k] * sc[i * ld + k] + t.min[k] * t.qm[i];
+      }
+    }
   }
 }
 
