@@ -104,7 +104,7 @@ Runner RegisterPerplexity(CLI::App& app) {
                 static_cast<long long>(mem.n_values));
     if (r->has_kld) {
       const KldSummary& k = r->kld;
-      std::printf("KLD vs f32: mean = %.6f +/- %.6f, median = %.6f, p99 = %.6f, max = %.6f\n",
+      std::printf("KLD vs f32: mean = %.4e +/- %.2e, median = %.4e, p99 = %.4e, max = %.4e\n",
                   k.mean, k.mean_stderr, k.median, k.p99, k.max);
       std::printf("same top-1 = %.4f  (f32 reference PPL = %.4f)\n", k.same_top1,
                   r->reference_ppl);
