@@ -260,6 +260,21 @@ void TokenGroupRows::DecodeSelected(int64_t r0, const int64_t* rows, int64_t k0,
   for (int64_t k = k0; k < k1; ++k) DecodeRow(rows[k], c0, n, &t.values[(k - k0) * n]);
 }
 
+// Codes of selected rows k0..k1, window [c0, c0 + n): consecutive whole rows whose packed
+// form has no padding are one stream (one unpack call), anything else row by row.
+void TokenGroupRows::UnpackSelected(int64_t r0, const int64_t* rows, int64_t k0, int64_t k1,
+                                    int c0, int n, uint8_t* out) const {
+  if (rows == nullptr && c0 == 0 && n == row_len_ &&
+      row_bytes_ * 8 == static_cast<int64_t>(row_len_) * bits_) {
+    UnpackCodesU8(&codes_[(r0 + k0) * row_bytes_], 0, (k1 - k0) * n, bits_, out);
+    return;
+  }
+  for (int64_t k = k0; k < k1; ++k) {
+    const int64_t r = rows ? rows[k] : r0 + k;
+    UnpackCodesU8(&codes_[r * row_bytes_], c0, n, bits_, out + (k - k0) * n);
+  }
+}
+
 void TokenGroupRows::Scores(int64_t r0, const int64_t* rows, int64_t n_sel, int c0, int n,
                             const float* q, int n_q, float* scores, int64_t ld,
                             int64_t col0) const {
@@ -284,16 +299,11 @@ void TokenGroupRows::Scores(int64_t r0, const int64_t* rows, int64_t n_sel, int 
     for (int c = 0; c < n; ++c) sum += q[i * n + c];
     t.qm[i] = sum;
   }
-  const bool whole_rows = rows == nullptr && c0 == 0 && n == row_len_ &&
-                          row_bytes_ * 8 == static_cast<int64_t>(row_len_) * bits_;
   for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
     const int64_t k1 = std::min(n_sel, k0 + kTileRows);
-    if (whole_rows) {
-      UnpackCodesU8(&codes_[(r0 + k0) * row_bytes_], 0, (k1 - k0) * n, bits_, t.tile_codes.data());
-    }
+    UnpackSelected(r0, rows, k0, k1, c0, n, t.tile_codes.data());
     for (int64_t k = k0; k < k1; ++k) {
       const int64_t r = rows ? rows[k] : r0 + k;
-      if (!whole_rows) UnpackCodesU8(&codes_[r * row_bytes_], c0, n, bits_, &t.tile_codes[(k - k0) * n]);
       const GroupParams gp = Params(r, g);
       t.row_scale[k - k0] = Fp16ToFp32(gp.scale);
       t.min[k - k0] = Fp16ToFp32(gp.min);
@@ -319,18 +329,13 @@ void TokenGroupRows::Accumulate(int64_t r0, const int64_t* rows, int64_t n_sel, 
   t.row_scale.resize(kTileRows * n_groups_);
   t.params.resize(kTileRows * 2 * n_groups_);
   t.msum.assign(static_cast<size_t>(n_q) * n_groups_, 0.0f);
-  const bool whole_rows = rows == nullptr && c0 == 0 && n == row_len_ &&
-                          row_bytes_ * 8 == static_cast<int64_t>(row_len_) * bits_;
   for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
     const int64_t k1 = std::min(n_sel, k0 + kTileRows);
-    if (whole_rows) {
-      UnpackCodesU8(&codes_[(r0 + k0) * row_bytes_], 0, (k1 - k0) * n, bits_, t.tile_codes.data());
-    }
+    UnpackSelected(r0, rows, k0, k1, c0, n, t.tile_codes.data());
     // fp16 (scale, min) of the tile's rows -> floats in one vector pass.
     const int64_t pk = 2 * n_groups_;
     for (int64_t k = k0; k < k1; ++k) {
       const int64_t r = rows ? rows[k] : r0 + k;
-      if (!whole_rows) UnpackCodesU8(&codes_[r * row_bytes_], c0, n, bits_, &t.tile_codes[(k - k0) * n]);
       if (rows != nullptr || k == k0) {
         const int64_t m = rows ? 1 : k1 - k0;
         ConvertF16ToF32(&params_[r * pk], &t.params[(k - k0) * pk], m * pk);

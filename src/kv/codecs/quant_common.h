@@ -104,6 +104,9 @@ class TokenGroupRows {
  private:
   // Row r's channels [c0, c0 + n) as floats.  out: [n]
   void DecodeRow(int64_t r, int c0, int n, float* out) const;
+  // Codes of selected rows k0..k1 of a Scores/Accumulate call.  out: [k1 - k0, n]
+  void UnpackSelected(int64_t r0, const int64_t* rows, int64_t k0, int64_t k1, int c0, int n,
+                      uint8_t* out) const;
   // Selected rows k0..k1 of a Scores/Accumulate call into the scratch tile.
   void DecodeSelected(int64_t r0, const int64_t* rows, int64_t k0, int64_t k1, int c0, int n,
                       CodeTileScratch& t) const;
