@@ -9,8 +9,16 @@
 //    plus an amortised O(1) append). The plain codecs' Retain releases capacity every time
 //    (ShrinkToFit), so the next Append reallocates: that copy is part of what is measured.
 // Multiply by n_layers (30 for SmolLM2-135M) for a model step.
+//  - BM_ModelDecode/spec/threads: whole decode steps of a synthetic SmolLM2-135M (q8_0
+//    weights, written once to the temp directory) at context depth 8192: the full f16 cache
+//    holds 8192 tokens; a policy with a 1024-token budget holds 1024 (positions 7168..8191,
+//    as after streaming 8192 tokens: a decode step's cost depends on what is held, not on
+//    how it got there). The caches are filled with random K/V instead of an 8192-token
+//    prefill, which would take minutes per spec. Counter tok_s = decode tokens per second.
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +26,8 @@
 #include "kv/attention.h"
 #include "kv/attention_stats.h"
 #include "kv/kv_cache.h"
+#include "model/llama_forward.h"
+#include "model/synthetic_model.h"
 
 namespace kvpack {
 namespace {
@@ -128,6 +138,83 @@ void BM_DecodeStep(benchmark::State& state) {
   DecodeStep(state, kSpecs[state.range(0)], 1024);
 }
 BENCHMARK(BM_DecodeStep)->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);
+
+std::shared_ptr<const LlamaModel> SmolModel() {
+  static std::shared_ptr<const LlamaModel> model = [] {
+    const std::string path =
+        (std::filesystem::temp_directory_path() / "kvpack_eviction_bench_smollm2_q8_0.gguf")
+            .string();
+    SyntheticShape shape = NamedSyntheticShape("smollm2-135m").value();
+    shape.n_ctx = 16384;
+    if (!std::filesystem::exists(path)) {
+      if (!WriteSyntheticModel(shape, GgmlType::kQ8_0, 1, path).ok()) std::abort();
+    }
+    return LlamaModel::Load(path).value();
+  }();
+  return model;
+}
+
+// Random K/V for n tokens of every layer at positions first.., through the policy.
+void FillModelCache(KvCache& cache, int n_heads, int64_t first, int64_t n, ThreadPool& pool) {
+  const KvCacheShape& s = cache.shape();
+  (void)cache.BeginSequence({.n_prompt = n});
+  uint32_t x = 12345;
+  auto next = [&x] {
+    return static_cast<float>((x = x * 1664525u + 1013904223u) >> 8) / 8388608.0f - 1.0f;
+  };
+  std::vector<int32_t> pos(n);
+  for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(first + i);
+  std::vector<float> k(n * s.n_kv_heads * s.head_dim), v(k.size()), q;
+  if (cache.policy_needs().attention) q.resize(n * n_heads * s.head_dim);
+  AttentionStats stats;
+  for (int l = 0; l < s.n_layers; ++l) {
+    for (auto* buf : {&k, &v, &q}) {
+      for (float& f : *buf) f = next();
+    }
+    if (cache.policy_needs().attention) {
+      const AttentionChunk chunk{q.data(), k.data(), v.data(), n, n_heads, 0.125f};
+      AccumulateAttentionStats(cache, l, chunk, pos.data(), cache.StatsRequest(l, n), &stats,
+                               &pool);
+    }
+    (void)cache.Append(l, k.data(), v.data(), pos.data(), n);
+    if (cache.policy_needs().attention) cache.ObserveAttention(l, stats);
+    (void)cache.ApplyPolicy(l);
+  }
+}
+
+void BM_ModelDecode(benchmark::State& state) {
+  static const char* kSpecs[] = {"f16", "window:budget=1024 + f16", "sink:n=4,budget=1024 + f16",
+                                 "h2o:budget=1024 + f16", "keyformer:budget=1024,gen=100000 + f16"};
+  const std::string spec = kSpecs[state.range(0)];
+  const LlamaModel& m = *SmolModel();
+  const LlamaConfig& c = m.config();
+  std::unique_ptr<KvCache> cache =
+      std::move(KvCache::Create({c.n_layers, c.n_kv_heads, c.head_dim}, spec)).value();
+  ThreadPool pool(static_cast<int>(state.range(1)));
+  const int64_t depth = 8192, held = cache->policy() ? 1024 : depth;
+  FillModelCache(*cache, c.n_heads, depth - held, held, pool);
+  ForwardScratch scratch;
+  std::vector<float> logits(c.n_vocab);
+  int32_t pos = static_cast<int32_t>(depth), token = 100;
+  for (auto _ : state) {
+    if (!LlamaForward(m, &token, &pos, 1, *cache, LogitsFor::kLastToken, logits.data(), scratch,
+                      &pool)
+             .ok()) {
+      state.SkipWithError("forward failed");
+      break;
+    }
+    ++pos;
+    token = (token * 31 + 7) % 1000;
+  }
+  state.counters["tok_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.SetLabel(spec + ", holds " + std::to_string(cache->n_tokens(0, 0)));
+}
+BENCHMARK(BM_ModelDecode)
+    ->ArgsProduct({{0, 1, 2, 3, 4}, {1, 2}})
+    ->Iterations(48)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace kvpack
