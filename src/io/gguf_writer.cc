@@ -6,6 +6,8 @@
 #include <cstring>
 #include <unordered_set>
 
+#include <unistd.h>
+
 namespace kvpack {
 namespace {
 
@@ -231,17 +233,28 @@ std::vector<uint8_t> GgufWriter::Serialize() const {
   return out;
 }
 
+// Writes to a process-unique temporary name, then renames it over `path`: a reader that has
+// the old file memory-mapped keeps a valid mapping (the old inode), never a truncated one
+// (which would fault with SIGBUS), and a crash never leaves a half-written model at `path`.
 Status GgufWriter::WriteFile(const std::string& path) const {
   const std::vector<uint8_t> bytes = Serialize();
-  std::FILE* f = std::fopen(path.c_str(), "wb");
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) {
-    return IoError("cannot create '" + path + "': " + std::strerror(errno));
+    return IoError("cannot create '" + tmp + "': " + std::strerror(errno));
   }
   const size_t written = std::fwrite(bytes.data(), 1, bytes.size(), f);
   const bool write_failed = written != bytes.size();
   const int close_rc = std::fclose(f);
   if (write_failed || close_rc != 0) {
-    return IoError("cannot write '" + path + "': " + std::strerror(errno));
+    const std::string reason = std::strerror(errno);
+    std::remove(tmp.c_str());
+    return IoError("cannot write '" + tmp + "': " + reason);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string reason = std::strerror(errno);
+    std::remove(tmp.c_str());
+    return IoError("cannot rename '" + tmp + "' to '" + path + "': " + reason);
   }
   return Status::Ok();
 }
