@@ -42,6 +42,7 @@ Status KvCache::CreateStores() {
   }
   n_seen_.assign(shape_.n_layers, 0);
   last_rows_.assign(shape_.n_layers, 0);
+  unobserved_.assign(shape_.n_layers, false);
   sequence_begun_ = false;
   return Status::Ok();
 }
@@ -64,6 +65,7 @@ Status KvCache::Append(int layer, const float* k, const float* v, const int32_t*
   for (int h = 0; h < shape_.n_kv_heads; ++h) L.positions[h].insert(L.positions[h].end(), pos, pos + n);
   n_seen_[layer] += n;
   last_rows_[layer] = n;
+  if (policy_needs().attention) unobserved_[layer] = true;
   UpdatePeak();
   return Status::Ok();
 }
@@ -158,10 +160,16 @@ void KvCache::ObserveAttention(int layer, const AttentionStats& stats) {
   if (!policy_) return;
   const ChunkContext ctx = LastChunk(layer);
   for (int h = 0; h < shape_.n_kv_heads; ++h) policy_->ObserveAttention(ctx, h, stats.per_head[h]);
+  unobserved_[layer] = false;
 }
 
 Status KvCache::ApplyPolicy(int layer) {
   if (!policy_) return Status::Ok();
+  if (unobserved_[layer]) {
+    return InvalidArgument("policy '" + policy_->spec() + "' needs the attention statistics of "
+                           "every chunk appended to layer " + std::to_string(layer) +
+                           " (append through the forward pass, or call ObserveAttention)");
+  }
   const ChunkContext ctx = LastChunk(layer);
   std::vector<int64_t> keep;
   bool evicted = false;

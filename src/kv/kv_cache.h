@@ -96,7 +96,9 @@ class KvCache {
   // After the chunk's Append: hands the statistics of `layer` to the policy.
   void ObserveAttention(int layer, const AttentionStats& stats);
   // After the chunk's Append (and ObserveAttention): asks the policy for a plan per head of
-  // `layer` and applies it; with positions=compact, re-rotates the survivors' keys.
+  // `layer` and applies it; with positions=compact, re-rotates the survivors' keys. A policy
+  // that needs statistics refuses to plan (InvalidArgument) when an Append was not followed
+  // by ObserveAttention: its scores would not match the stored tokens.
   Status ApplyPolicy(int layer);
 
   // Totals over layers; `keys_only`/`values_only` for the per-component breakdown.
@@ -125,6 +127,7 @@ class KvCache {
   bool sequence_begun_ = false;
   std::vector<int64_t> n_seen_;      // [n_layers] tokens appended since the sequence began
   std::vector<int64_t> last_rows_;   // [n_layers] tokens of the latest Append
+  std::vector<bool> unobserved_;     // [n_layers] an Append still awaits its ObserveAttention
   RopeParams rope_;
   bool has_rope_ = false;
 };

@@ -260,6 +260,14 @@ TEST(EvictionCacheTest, PolicyAndSequenceOnlyOnAnEmptyCache) {
   EXPECT_FALSE(cache->SetPolicy(nullptr).ok());
   ASSERT_TRUE(cache->Clear().ok());
   EXPECT_TRUE(cache->BeginSequence({.n_prompt = 3}).ok());
+  // A statistics policy refuses to plan over tokens whose statistics it never saw.
+  std::unique_ptr<KvCache> h2o = MakeCache("h2o:budget=4 + f32", 8);
+  std::vector<float> kv(10 * kKv * 8, 0.5f);
+  std::vector<int32_t> pos = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  ASSERT_TRUE(h2o->Append(0, kv.data(), kv.data(), pos.data(), 10).ok());
+  const Status s = h2o->ApplyPolicy(0);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("ObserveAttention"), std::string::npos);
   // A sink budget smaller than its sinks is refused when it resolves.
   std::unique_ptr<KvCache> sink = MakeCache("sink:n=4,budget=0.1 + f32", 8);
   EXPECT_FALSE(sink->BeginSequence({.n_prompt = 20}).ok());
