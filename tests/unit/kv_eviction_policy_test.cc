@@ -141,6 +141,30 @@ INSTANTIATE_TEST_SUITE_P(
                       BudgetCase{"keyformer:budget=20,noise=none,recent=0 + f32", 20, 0, 0},
                       BudgetCase{"sink:n=4,budget=20,positions=compact + f32", 20, 0, 0}));
 
+// Every registered policy (a new one is picked up automatically) with `budget=16`: exact
+// budget after every step, ascending storage, and positions=compact accepted.
+TEST(PolicyConformance, EveryRegisteredPolicyHoldsItsBudget) {
+  for (const PolicyInfo& info : RegisteredPolicies()) {
+    for (const char* positions : {"original", "compact"}) {
+      const std::string spec = info.name + ":budget=16,positions=" + positions + " + f32";
+      Result<std::unique_ptr<KvCache>> made = KvCache::Create({kLayers, kKv, kDim}, spec);
+      ASSERT_TRUE(made.ok()) << spec << ": " << made.status().message()
+                             << " (give this policy a conformance spec)";
+      const Trace trace = TraceOf(spec, 24, 8, 30);
+      for (size_t step = 0; step < trace.size(); ++step) {
+        const int64_t seen = step < 3 ? 8 * static_cast<int64_t>(step + 1) : 24 + step - 2;
+        for (const auto& held : trace[step]) {
+          ASSERT_EQ(static_cast<int64_t>(held.size()), std::min<int64_t>(seen, 16)) << spec;
+          ASSERT_TRUE(std::is_sorted(held.begin(), held.end())) << spec;
+          ASSERT_EQ(held.back(),
+                    positions[0] == 'o' ? seen - 1 : static_cast<int32_t>(held.size()) - 1)
+              << spec << ": the newest token is always kept";
+        }
+      }
+    }
+  }
+}
+
 TEST(PolicyTest, CompactPositionsAreTheStorageIndices) {
   const Trace trace = TraceOf("h2o:budget=12,positions=compact + f16", 30, 10, 20);
   for (const auto& step : trace) {
