@@ -66,27 +66,22 @@ void ScoringSoftmax(float* row, int64_t n, const AttentionStatsRequest& req, int
   const float inv_tau = static_cast<float>(1.0 / req.tau);
   const bool random = req.noise == ScoreNoise::kGumbel || req.noise == ScoreNoise::kGaussian;
   const float shift = req.noise == ScoreNoise::kConstant ? static_cast<float>(kGumbelMean) : 0.0f;
-  const uint64_t row_key = random ? NoiseRowKey(req.noise_stream, q_head, q_pos) : 0;
-  float mx = kNegInf;
-  for (int64_t t = 0; t < n; ++t) {
-    if (row[t] == kNegInf) continue;
-    float x = row[t] + shift;
-    if (random) {
-      x += NoiseFromBitsF(req.noise, SplitMix64(row_key ^ static_cast<uint64_t>(key_pos(t))));
+  // Masked entries are -inf and stay so: -inf plus noise or times 1/tau is -inf.
+  if (random) {
+    const uint64_t row_key = NoiseRowKey(req.noise_stream, q_head, q_pos);
+    for (int64_t t = 0; t < n; ++t) {
+      const uint64_t bits = SplitMix64(row_key ^ static_cast<uint64_t>(key_pos(t)));
+      row[t] = (row[t] + shift + NoiseFromBitsF(req.noise, bits)) * inv_tau;
     }
-    row[t] = x * inv_tau;
-    mx = std::max(mx, row[t]);
+  } else if (shift != 0.0f || inv_tau != 1.0f) {
+    for (int64_t t = 0; t < n; ++t) row[t] = (row[t] + shift) * inv_tau;
   }
+  const float mx = MaxF32(row, static_cast<size_t>(n));
   if (mx == kNegInf) {
     std::fill(row, row + n, 0.0f);
     return;
   }
-  float sum = 0.0f;
-  for (int64_t t = 0; t < n; ++t) {
-    row[t] = row[t] == kNegInf ? 0.0f : std::exp(row[t] - mx);
-    sum += row[t];
-  }
-  const float inv = 1.0f / sum;
+  const float inv = 1.0f / ExpSubtractSum(row, static_cast<size_t>(n), mx);
   for (int64_t t = 0; t < n; ++t) row[t] *= inv;
 }
 
