@@ -15,7 +15,11 @@ Result<GenerateStats> Generate(Session& session, const Tokenizer& tokenizer,
   KVPACK_RETURN_IF_ERROR(ValidateSamplerOptions(options.sampler));
   if (prompt.empty()) return InvalidArgument("the prompt has no tokens");
   if (options.n_predict < 0) return InvalidArgument("n_predict must be >= 0");
-  if (static_cast<int64_t>(prompt.size()) + options.n_predict > session.n_ctx() - session.n_past()) {
+  // With positions=compact a policy keeps positions below its budget, so the stream may run
+  // past n_ctx; Session::Eval still refuses any chunk that would not fit.
+  const bool compact = session.cache().position_mode() == PositionMode::kCompact;
+  if (!compact &&
+      static_cast<int64_t>(prompt.size()) + options.n_predict > session.n_ctx() - session.n_past()) {
     return OutOfRange("prompt (" + std::to_string(prompt.size()) + " tokens) plus " +
                       std::to_string(options.n_predict) + " new tokens exceed the context of " +
                       std::to_string(session.n_ctx()));
@@ -28,6 +32,12 @@ Result<GenerateStats> Generate(Session& session, const Tokenizer& tokenizer,
   StreamingDecoder decoder(tokenizer);
   for (int32_t t : prompt) decoder.Push(t);  // prime the leading-space rule
 
+  // An eviction policy learns the prompt length and the planned generation length
+  // (Keyformer's temperature schedule) before the first token.
+  if (session.n_past() == 0 && session.cache().policy() != nullptr) {
+    KVPACK_RETURN_IF_ERROR(session.BeginSequence(
+        {.n_prompt = static_cast<int64_t>(prompt.size()), .n_generate = options.n_predict}));
+  }
   auto t0 = std::chrono::steady_clock::now();
   KVPACK_RETURN_IF_ERROR(session.Eval(prompt, LogitsFor::kLastToken, logits.data()));
   stats.prefill_seconds = SecondsSince(t0);

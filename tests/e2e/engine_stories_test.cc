@@ -76,6 +76,32 @@ TEST(StoriesE2e, SamplingIsReproducibleWithASeed) {
   EXPECT_NE(run(7), run(8));
 }
 
+// Generation with an eviction policy: compact positions let it run past the context (the
+// cache stays at its budget), original positions are refused up front.
+TEST(StoriesE2e, GenerationWithACompactPolicyRunsPastTheContext) {
+  Result<TextModel> m = TextModel::Load(kModel);
+  ASSERT_TRUE(m.ok());
+  GenerateOptions go;
+  go.n_predict = 120;
+  go.stop_at_eog = false;
+  const std::vector<int32_t> prompt = m->tokenizer->Encode("Once upon a time", true);
+  SessionOptions so{.n_ctx = 64, .n_threads = 1, .n_batch = 16,
+                    .kv_spec = "sink:n=4,budget=32,positions=compact + f32"};
+  auto session = Session::Create(m->llama, so);
+  ASSERT_TRUE(session.ok()) << session.status().message();
+  auto stats = Generate(**session, *m->tokenizer, prompt, go, nullptr);
+  ASSERT_TRUE(stats.ok()) << stats.status().message();
+  EXPECT_EQ(stats->n_generated, 120);
+  EXPECT_LE((*session)->cache().max_tokens(), 32);
+
+  so.kv_spec = "sink:n=4,budget=32 + f32";  // original positions grow with the stream
+  auto original = Session::Create(m->llama, so);
+  ASSERT_TRUE(original.ok());
+  auto refused = Generate(**original, *m->tokenizer, prompt, go, nullptr);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kOutOfRange);
+}
+
 TEST(StoriesE2e, PromptLongerThanTheContextIsRefusedAndSessionStaysUsable) {
   Result<TextModel> m = TextModel::Load(kModel);
   ASSERT_TRUE(m.ok());
