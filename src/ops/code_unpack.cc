@@ -18,9 +18,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Byte-aligned 2/4/8-bit streams, 16 source bytes at a time: split every byte into its
 // codes, then interleave them back into stream order (code i of byte j is code 8j/b + i).
 void UnpackCodesU8Impl(const uint8_t* src, int64_t first, size_t n, int bits, uint8_t* dst) {
-  const int64_t bit0 = first * bits;
   size_t i = 0;
 #if HWY_TARGET != HWY_SCALAR
+  const int64_t bit0 = first * bits;
   if ((bit0 & 7) == 0 && (bits == 2 || bits == 4 || bits == 8)) {
     const uint8_t* p = src + (bit0 >> 3);
     if (bits == 8) {

@@ -137,46 +137,6 @@ void PackCodes(const uint8_t* codes, int64_t n, int bits, uint8_t* dst) {
   }
 }
 
-void UnpackCodes(const uint8_t* src, int64_t first, int64_t n, int bits, float* dst) {
-  const int64_t bit0 = first * bits;
-  if ((bit0 & 7) == 0) {
-    const uint8_t* p = src + (bit0 >> 3);
-    if (bits == 8) {
-      for (int64_t i = 0; i < n; ++i) dst[i] = p[i];
-      return;
-    }
-    if (bits == 4) {
-      int64_t i = 0;
-      for (; i + 2 <= n; i += 2) {
-        const uint8_t b = p[i >> 1];
-        dst[i] = static_cast<float>(b & 15);
-        dst[i + 1] = static_cast<float>(b >> 4);
-      }
-      if (i < n) dst[i] = static_cast<float>(p[i >> 1] & 15);
-      return;
-    }
-    if (bits == 2) {
-      int64_t i = 0;
-      for (; i + 4 <= n; i += 4) {
-        const uint8_t b = p[i >> 2];
-        dst[i] = static_cast<float>(b & 3);
-        dst[i + 1] = static_cast<float>((b >> 2) & 3);
-        dst[i + 2] = static_cast<float>((b >> 4) & 3);
-        dst[i + 3] = static_cast<float>(b >> 6);
-      }
-      for (; i < n; ++i) dst[i] = static_cast<float>((p[i >> 2] >> (2 * (i & 3))) & 3);
-      return;
-    }
-  }
-  const uint32_t mask = (1u << bits) - 1;
-  int64_t pos = bit0;
-  for (int64_t i = 0; i < n; ++i, pos += bits) {
-    uint32_t v = src[pos >> 3] >> (pos & 7);
-    if ((pos & 7) + bits > 8) v |= static_cast<uint32_t>(src[(pos >> 3) + 1]) << (8 - (pos & 7));
-    dst[i] = static_cast<float>(v & mask);
-  }
-}
-
 // ---------------------------------------------------------------------------------------
 // TokenGroupRows
 
@@ -209,12 +169,12 @@ void TokenGroupRows::AppendRow(const float* row) {
   ++n_rows_;
 }
 
-// Rows are expanded tile by tile (kTileRows rows of codes -> floats in a thread-local buffer
-// that stays in L1/L2) and handed to the tile kernels of ops/vec.h: attention reads the
-// compressed bytes once and never holds more than one tile of floats per thread.
+// Rows are read tile by tile (kTileRows rows of codes unpacked into thread-local buffers that
+// stay in L1/L2) and handed to the kernels of ops/code_dot.h or ops/vec.h: attention reads
+// the compressed bytes once and never holds more than one tile per thread.
 struct CodeTileScratch {
+  int64_t width = 0;                // row width the buffers below are sized for
   std::vector<float> values;        // [kTileRows, width] decoded tile
-  std::vector<uint8_t> codes;       // [width]
   std::vector<uint8_t> tile_codes;  // [kTileRows, width] unpacked codes
   std::vector<float> scale, min;    // [width] per-channel parameters of a block
   std::vector<float> qs, qm, acc, psum;  // per-query work arrays of the algebraic forms
@@ -227,11 +187,11 @@ constexpr int64_t kTileRows = 64;
 
 CodeTileScratch& Scratch(int64_t width) {
   thread_local CodeTileScratch s;
-  if (static_cast<int64_t>(s.codes.size()) < width) {
+  if (s.width < width) {
+    s.width = width;
     s.min.resize(std::max<int64_t>(kTileRows, width));
     s.values.resize(kTileRows * width);
     s.tile_codes.resize(kTileRows * width);
-    s.codes.resize(width);
     s.scale.resize(width);
   }
   return s;

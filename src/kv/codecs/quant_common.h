@@ -65,8 +65,7 @@ GroupParams QuantizeGroup(const float* x, int64_t n, int64_t stride, int bits,
 inline int64_t PackedBytes(int64_t n, int bits) { return (n * bits + 7) / 8; }
 // LSB-first bit stream: code i occupies bits [i*b, (i+1)*b) of dst (dst zeroed first).
 void PackCodes(const uint8_t* codes, int64_t n, int bits, uint8_t* dst);
-// Codes [first, first + n) of a packed stream, as floats (exact small integers).
-void UnpackCodes(const uint8_t* src, int64_t first, int64_t n, int bits, float* dst);
+// Reading codes back: ops/code_unpack.h (UnpackCodesU8).
 
 // Thread-local float tile and code buffers of the read path (quant_common.cc).
 struct CodeTileScratch;
