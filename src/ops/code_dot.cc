@@ -152,6 +152,89 @@ void AxpyCodeRowsImpl(const float* p, size_t n_q, size_t ld, const uint8_t* code
   }
 }
 
+// V (1, 2 or 4) vectors of columns from c for M (1..4) query rows: the M * V accumulators stay
+// in registers over all rows; wv[m * V + v] is the weight row of query m for vector v's group.
+template <size_t M, size_t V>
+HWY_INLINE void AxpyWeightedBlock(const float* const* wv, const uint8_t* codes, size_t n_rows,
+                                  size_t row_stride, size_t c, float* out, size_t dim) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  hn::Vec<DF> acc[M * V];
+  for (size_t m = 0; m < M; ++m) {
+    for (size_t v = 0; v < V; ++v) acc[m * V + v] = hn::LoadU(d, out + m * dim + c + v * N);
+  }
+  for (size_t t = 0; t < n_rows; ++t) {
+    const uint8_t* row = codes + t * row_stride + c;
+    hn::Vec<DF> x[V];
+    for (size_t v = 0; v < V; ++v) x[v] = LoadCodes(d, row + v * N);
+    for (size_t m = 0; m < M; ++m) {
+      for (size_t v = 0; v < V; ++v) {
+        acc[m * V + v] = hn::MulAdd(hn::Set(d, wv[m * V + v][t]), x[v], acc[m * V + v]);
+      }
+    }
+  }
+  for (size_t m = 0; m < M; ++m) {
+    for (size_t v = 0; v < V; ++v) hn::StoreU(acc[m * V + v], d, out + m * dim + c + v * N);
+  }
+}
+
+template <size_t M>
+HWY_INLINE void AxpyWeightedColumns(const float* w, size_t ld, size_t n_groups,
+                                    const uint8_t* codes, size_t n_rows, size_t row_stride,
+                                    size_t c, size_t n_vec, const size_t* vec_group, float* out,
+                                    size_t dim) {
+  const float* wv[M * 4];
+  const size_t V = n_vec;
+  for (size_t m = 0; m < M; ++m) {
+    for (size_t v = 0; v < V; ++v) wv[m * V + v] = w + (m * n_groups + vec_group[v]) * ld;
+  }
+  switch (V) {
+    case 4: AxpyWeightedBlock<M, 4>(wv, codes, n_rows, row_stride, c, out, dim); break;
+    case 2: AxpyWeightedBlock<M, 2>(wv, codes, n_rows, row_stride, c, out, dim); break;
+    default: AxpyWeightedBlock<M, 1>(wv, codes, n_rows, row_stride, c, out, dim); break;
+  }
+}
+
+void AxpyCodeRowsWeightedImpl(const float* w, size_t n_q, size_t ld, const uint8_t* codes,
+                              size_t n_rows, size_t row_stride, size_t dim, size_t first,
+                              size_t group, float* out) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  const size_t g_first = first / group;
+  const size_t n_groups = (first + dim - 1) / group - g_first + 1;
+  auto group_of = [&](size_t c) { return (first + c) / group - g_first; };
+  auto vector_ok = [&](size_t c) { return c + N <= dim && group_of(c) == group_of(c + N - 1); };
+  size_t c = 0;
+  while (c < dim) {
+    if (!vector_ok(c)) {  // straddles two groups, or the tail: one column at a time
+      const size_t g = group_of(c);
+      for (size_t t = 0; t < n_rows; ++t) {
+        const float v = static_cast<float>(codes[t * row_stride + c]);
+        for (size_t i = 0; i < n_q; ++i) out[i * dim + c] += w[(i * n_groups + g) * ld + t] * v;
+      }
+      ++c;
+      continue;
+    }
+    size_t n_vec = 1, vec_group[4] = {group_of(c), 0, 0, 0};
+    while (n_vec < 4 && vector_ok(c + n_vec * N)) {
+      vec_group[n_vec] = group_of(c + n_vec * N);
+      ++n_vec;
+    }
+    if (n_vec == 3) n_vec = 2;
+    for (size_t i0 = 0; i0 < n_q; i0 += 4) {
+      const float* wi = w + i0 * n_groups * ld;
+      float* oi = out + i0 * dim;
+      switch (std::min<size_t>(4, n_q - i0)) {
+        case 1: AxpyWeightedColumns<1>(wi, ld, n_groups, codes, n_rows, row_stride, c, n_vec, vec_group, oi, dim); break;
+        case 2: AxpyWeightedColumns<2>(wi, ld, n_groups, codes, n_rows, row_stride, c, n_vec, vec_group, oi, dim); break;
+        case 3: AxpyWeightedColumns<3>(wi, ld, n_groups, codes, n_rows, row_stride, c, n_vec, vec_group, oi, dim); break;
+        default: AxpyWeightedColumns<4>(wi, ld, n_groups, codes, n_rows, row_stride, c, n_vec, vec_group, oi, dim); break;
+      }
+    }
+    c += n_vec * N;
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kvpack
 HWY_AFTER_NAMESPACE();
@@ -160,6 +243,30 @@ HWY_AFTER_NAMESPACE();
 namespace kvpack {
 HWY_EXPORT(DotCodeRowsImpl);
 HWY_EXPORT(AxpyCodeRowsImpl);
+HWY_EXPORT(AxpyCodeRowsWeightedImpl);
+
+void AxpyCodeRowsWeighted(const float* w, size_t n_q, size_t ld, const uint8_t* codes,
+                          size_t n_rows, size_t row_stride, size_t d, size_t first,
+                          size_t group, float* out) {
+  HWY_DYNAMIC_DISPATCH(AxpyCodeRowsWeightedImpl)(w, n_q, ld, codes, n_rows, row_stride, d, first,
+                                                 group, out);
+}
+void AxpyCodeRowsWeightedRef(const float* w, size_t n_q, size_t ld, const uint8_t* codes,
+                             size_t n_rows, size_t row_stride, size_t d, size_t first,
+                             size_t group, float* out) {
+  const size_t g_first = first / group;
+  const size_t n_groups = (first + d - 1) / group - g_first + 1;
+  for (size_t i = 0; i < n_q; ++i) {
+    for (size_t c = 0; c < d; ++c) {
+      const size_t g = (first + c) / group - g_first;
+      double acc = out[i * d + c];
+      for (size_t t = 0; t < n_rows; ++t) {
+        acc += static_cast<double>(w[(i * n_groups + g) * ld + t]) * codes[t * row_stride + c];
+      }
+      out[i * d + c] = static_cast<float>(acc);
+    }
+  }
+}
 
 void DotCodeRows(const uint8_t* codes, size_t n_rows, size_t row_stride, size_t d,
                  const float* q, size_t n_q, float* scores, size_t ld) {

@@ -33,6 +33,18 @@ void AxpyCodeRowsRef(const float* p, size_t n_q, size_t ld, const uint8_t* codes
                      size_t row_stride, size_t d, size_t first, size_t group,
                      const float* row_scale, size_t scale_stride, float* out);
 
+// Weights per (query row, row, group), e.g. probability x the row's group scale, formed once
+// per tile by the caller so that the inner loop is one FMA per code and query row:
+//   out[i * d + c] += sum_t w[(i * n_groups + g(c)) * ld + t] * codes[t * row_stride + c],
+//   g(c) = (first + c) / group - first / group (groups of the window [first, first + d)),
+//   n_groups = g(d - 1) + 1.   w: [n_q, n_groups, ld]; codes: [n_rows, row_stride]; out: [n_q, d].
+void AxpyCodeRowsWeighted(const float* w, size_t n_q, size_t ld, const uint8_t* codes,
+                          size_t n_rows, size_t row_stride, size_t d, size_t first,
+                          size_t group, float* out);
+void AxpyCodeRowsWeightedRef(const float* w, size_t n_q, size_t ld, const uint8_t* codes,
+                             size_t n_rows, size_t row_stride, size_t d, size_t first,
+                             size_t group, float* out);
+
 }  // namespace kvpack
 
 #endif  // KVPACK_OPS_CODE_DOT_H_

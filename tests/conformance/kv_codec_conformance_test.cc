@@ -12,10 +12,13 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "kv_integer_key_bound.h"
 
 #include "core/half.h"
 #include "kv/codec_registry.h"
@@ -50,6 +53,13 @@ int64_t Int(const MethodSpec& s, const char* key, int64_t fallback) {
 std::string Str(const MethodSpec& s, const char* key, const char* fallback) {
   const std::string* v = s.Find(key);
   return v ? *v : fallback;
+}
+// Codecs whose 2- and 4-bit keys are scored with an int8 query (kv/codecs/quant_common.cc):
+// their fused scores carry the query-quantization term of kv_integer_key_bound.h.
+bool IntegerKeys(const std::string& codec, const MethodSpec& s) {
+  static const std::set<std::string> kQuantFamily = {"kivi", "flexgen", "kcvt", "hf", "gear", "gear-l"};
+  if (!kQuantFamily.count(codec)) return false;
+  return Int(s, codec == "hf" ? "nbits" : "bits", 2) <= 4;
 }
 int64_t Ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t Total(const std::vector<int64_t>& chunks) {
@@ -410,6 +420,7 @@ TEST_P(CodecConformance, FusedKernelsMatchDecode) {
   auto s = Make();
   AppendChunked(*s, rows, n, 7);
   const auto q = Normal(n_q * d(), 4, 0.5f);
+  const bool integer = IntegerKeys(GetParam().codec, spec());
   for (int h = 0; h < kHeads; ++h) {
     const auto dec = DecodeAll(*s, h);
     // Tiles like attention.cc's (128 tokens from an arbitrary segment start) and odd ones.
@@ -428,7 +439,9 @@ TEST_P(CodecConformance, FusedKernelsMatchDecode) {
           // Float summation of d products, possibly regrouped (scale factored out, min
           // term added separately): |err| <= c * d * eps * sum|q_i x_i| plus the rounding of
           // q*scale and q.min; 4 * d * 2^-24 * (mag + 1) covers both with margin.
-          const double tol = 4.0 * d() * 6e-8 * (mag + 1.0);
+          // Plus, for 2/4-bit keys, the int8 query's term (derived in kv_integer_key_bound.h).
+          const double tol = 4.0 * d() * 6e-8 * (mag + 1.0) +
+                             (integer ? IntegerKeyScoreBound(&q[i * d()], d(), SpreadOf(rows)) : 0.0);
           ASSERT_NEAR(scores[i * m + (t - t0)], ref, tol) << "tile " << t0 << ".." << t1;
         }
       }

@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/half.h"
 #include "ops/code_dot.h"
+#include "ops/code_dot_i8.h"
 #include "ops/code_unpack.h"
 #include "ops/vec.h"
 
@@ -172,6 +173,7 @@ void TokenGroupRows::AppendRow(const float* row) {
 // Rows are read tile by tile (kTileRows rows of codes unpacked into thread-local buffers that
 // stay in L1/L2) and handed to the kernels of ops/code_dot.h or ops/vec.h: attention reads
 // the compressed bytes once and never holds more than one tile per thread.
+constexpr int64_t kTileRowsMax = 64;
 struct CodeTileScratch {
   int64_t width = 0;                // row width the buffers below are sized for
   std::vector<float> values;        // [kTileRows, width] decoded tile
@@ -181,9 +183,21 @@ struct CodeTileScratch {
   std::vector<float> row_scale;     // [kTileRows, n_groups]
   std::vector<float> params;        // [kTileRows, n_groups, 2] fp16 params as floats
   std::vector<float> msum;          // [n_q, n_groups]
+  std::vector<int8_t> q8;           // [n_q, width] int8 query of the integer key path
+  std::vector<float> alpha;         // [n_q] its scales
+  std::vector<int32_t> dots;        // [n_q, n_groups, kTileRows] integer code dots
+  std::vector<float> weights;       // [n_q, n_groups, kTileRows] probability x row scale
+  std::vector<float> gscale, gmin;  // [n_groups, kTileRows] a tile's parameters by group
+  std::vector<float> ones = std::vector<float>(kTileRowsMax, 1.0f);
 };
 namespace {
-constexpr int64_t kTileRows = 64;
+constexpr int64_t kTileRows = kTileRowsMax;  // a multiple of kCombinePad
+
+// Keys of 2- and 4-bit codecs are scored in the integer domain (ops/code_dot_i8.h): the
+// query, with the per-channel scales folded in where the format has them, is quantized to
+// int8 per (query row, key block). 8-bit codes keep the float kernels: an int8 query would
+// add an error as large as the codes' own.
+bool UseIntegerKeys(int bits) { return bits <= 4; }
 
 CodeTileScratch& Scratch(int64_t width) {
   thread_local CodeTileScratch s;
@@ -240,6 +254,10 @@ void TokenGroupRows::Scores(int64_t r0, const int64_t* rows, int64_t n_sel, int 
                             int64_t col0) const {
   if (n_sel <= 0) return;
   CodeTileScratch& t = Scratch(n);
+  if (UseIntegerKeys(bits_) && c0 % group_ == 0) {
+    ScoresInteger(r0, rows, n_sel, c0, n, q, n_q, scores, ld, col0, t);
+    return;
+  }
   const int g = c0 / group_;
   if (g != (c0 + n - 1) / group_) {
     // The window spans several groups: a per-group scale inside the dot product would need
@@ -278,45 +296,94 @@ void TokenGroupRows::Scores(int64_t r0, const int64_t* rows, int64_t n_sel, int 
   }
 }
 
+// Per row and group g of the window (aligned to the groups):
+//   q . (code * s_g + m_g) = s_g * alpha * (q8 . code)_g + m_g * sum_{c in g} q_c,
+// with q ~= alpha * q8 (int8, one alpha per query row) and the code dots in int32.
+void TokenGroupRows::ScoresInteger(int64_t r0, const int64_t* rows, int64_t n_sel, int c0,
+                                   int n, const float* q, int n_q, float* scores, int64_t ld,
+                                   int64_t col0, CodeTileScratch& t) const {
+  const int g0 = c0 / group_;
+  const int ng = (n + group_ - 1) / group_;  // groups of the window
+  t.q8.resize(static_cast<size_t>(n_q) * n);
+  t.alpha.resize(n_q);
+  t.qm.assign(static_cast<size_t>(n_q) * ng, 0.0f);  // [n_q, ng] sum of q over each group
+  for (int i = 0; i < n_q; ++i) {
+    t.alpha[i] = QuantizeI8(q + i * n, n, &t.q8[i * n]);
+    for (int g = 0; g < ng; ++g) {
+      float sum = 0.0f;
+      for (int c = g * group_; c < std::min(n, (g + 1) * group_); ++c) sum += q[i * n + c];
+      t.qm[i * ng + g] = sum;
+    }
+  }
+  t.dots.resize(static_cast<size_t>(n_q) * ng * kTileRows);
+  for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
+    const int64_t k1 = std::min(n_sel, k0 + kTileRows), m = k1 - k0;
+    UnpackSelected(r0, rows, k0, k1, c0, n, t.tile_codes.data());
+    DotCodeRowsI8(t.tile_codes.data(), m, n, n, group_, t.q8.data(), n_q, t.dots.data(),
+                  kTileRows);
+    TileParams(r0, rows, k0, k1, g0, ng, t);
+    CombineCodeDots(t.dots.data(), t.gscale.data(), t.gmin.data(), kTileRows, m, n_q, ng,
+                    t.alpha.data(), t.qm.data(), scores + col0 + k0, ld);
+  }
+}
+
+void TokenGroupRows::TileParams(int64_t r0, const int64_t* rows, int64_t k0, int64_t k1, int g0,
+                                int ng, CodeTileScratch& t) const {
+  const int64_t pk = 2 * n_groups_, m = k1 - k0;
+  t.params.resize(kTileRows * pk);
+  if (rows == nullptr) {
+    ConvertF16ToF32(&params_[(r0 + k0) * pk], t.params.data(), m * pk);
+  } else {
+    for (int64_t k = k0; k < k1; ++k) {
+      ConvertF16ToF32(&params_[rows[k] * pk], &t.params[(k - k0) * pk], pk);
+    }
+  }
+  t.gscale.resize(static_cast<size_t>(ng) * kTileRows);
+  t.gmin.resize(static_cast<size_t>(ng) * kTileRows);
+  for (int g = 0; g < ng; ++g) {
+    const float* src = &t.params[2 * (g0 + g)];
+    float* sc = &t.gscale[g * kTileRows];
+    float* mn = &t.gmin[g * kTileRows];
+    for (int64_t k = 0; k < m; ++k) {
+      sc[k] = src[k * pk];
+      mn[k] = src[k * pk + 1];
+    }
+  }
+}
+
 // Per row and group: sum_t p_t (code_t * scale_t + min_t) = sum_t (p_t * scale_t) code_t +
-// sum_t p_t min_t; the code part runs on unpacked codes, the min part per group.
+// sum_t p_t min_t; the weights p_t * scale_t are formed once per tile, the code part is one
+// FMA per code and query row (ops/code_dot.h), the min part one dot per group.
 void TokenGroupRows::Accumulate(int64_t r0, const int64_t* rows, int64_t n_sel, int c0, int n,
                                 const float* p, int n_q, int64_t ld, int64_t col0,
                                 float* out) const {
   if (n_sel <= 0) return;
   CodeTileScratch& t = Scratch(n);
-  const int g0 = c0 / group_, g1 = (c0 + n - 1) / group_;  // groups the window touches
-  t.row_scale.resize(kTileRows * n_groups_);
-  t.params.resize(kTileRows * 2 * n_groups_);
-  t.msum.assign(static_cast<size_t>(n_q) * n_groups_, 0.0f);
+  const int g0 = c0 / group_, ng = (c0 + n - 1) / group_ - g0 + 1;  // groups the window touches
+  t.weights.resize(static_cast<size_t>(n_q) * ng * kTileRows);
+  t.msum.assign(static_cast<size_t>(n_q) * ng, 0.0f);
   for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
-    const int64_t k1 = std::min(n_sel, k0 + kTileRows);
+    const int64_t k1 = std::min(n_sel, k0 + kTileRows), m = k1 - k0;
     UnpackSelected(r0, rows, k0, k1, c0, n, t.tile_codes.data());
-    // fp16 (scale, min) of the tile's rows -> floats in one vector pass.
-    const int64_t pk = 2 * n_groups_;
-    for (int64_t k = k0; k < k1; ++k) {
-      const int64_t r = rows ? rows[k] : r0 + k;
-      if (rows != nullptr || k == k0) {
-        const int64_t m = rows ? 1 : k1 - k0;
-        ConvertF16ToF32(&params_[r * pk], &t.params[(k - k0) * pk], m * pk);
-      }
-    }
-    const int64_t m = k1 - k0;
-    for (int g = g0; g <= g1; ++g) {
-      float* mins = &t.min[0];  // [m] this group's minima, contiguous for one dot per query
-      for (int64_t k = 0; k < m; ++k) {
-        t.row_scale[k * n_groups_ + g] = t.params[k * pk + 2 * g];
-        mins[k] = t.params[k * pk + 2 * g + 1];
-      }
+    TileParams(r0, rows, k0, k1, g0, ng, t);
+    for (int g = 0; g < ng; ++g) {
+      const float* sc = &t.gscale[g * kTileRows];
       for (int i = 0; i < n_q; ++i) {
-        t.msum[i * n_groups_ + g] += DotF32(p + i * ld + col0 + k0, mins, m);
+        const float* pi = p + i * ld + col0 + k0;
+        t.msum[i * ng + g] += DotF32(pi, &t.gmin[g * kTileRows], m);
+        float* w = &t.weights[(i * ng + g) * kTileRows];
+        for (int64_t k = 0; k < m; ++k) w[k] = pi[k] * sc[k];
       }
     }
-    AxpyCodeRows(p + col0 + k0, n_q, ld, t.tile_codes.data(), k1 - k0, n, n, c0, group_,
-                 t.row_scale.data(), n_groups_, out);
+    AxpyCodeRowsWeighted(t.weights.data(), n_q, kTileRows, t.tile_codes.data(), m, n, n, c0,
+                         group_, out);
   }
   for (int i = 0; i < n_q; ++i) {
-    for (int c = 0; c < n; ++c) out[i * n + c] += t.msum[i * n_groups_ + (c0 + c) / group_];
+    for (int g = 0; g < ng; ++g) {  // channels of window group g: [a, e)
+      const int a = std::max(0, (g0 + g) * group_ - c0), e = std::min(n, (g0 + g + 1) * group_ - c0);
+      const float ms = t.msum[i * ng + g];
+      for (int c = a; c < e; ++c) out[i * n + c] += ms;
+    }
   }
 }
 
@@ -403,29 +470,48 @@ void ChannelBlocks::UnpackTile(int64_t a, int64_t e, uint8_t* out) const {
   for (int64_t r = a; r < e; ++r) UnpackCodesU8(&codes_[r * row_bytes_], 0, d_, bits_, out + (r - a) * d_);
 }
 
-// Per block: q . (code * scale + min) = (q * scale) . code + q . min.
+// Per block: q . (code * scale + min) = (q * scale) . code + q . min. With 2- or 4-bit codes
+// q * scale is quantized to int8 per (query row, block): alpha * (q8 . code) in int32.
 void ChannelBlocks::Scores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
                            int64_t ld, int64_t col0) const {
   if (r0 >= r1) return;
   CodeTileScratch& t = Scratch(d_);
+  const bool integer = UseIntegerKeys(bits_);
   t.qs.resize(static_cast<size_t>(n_q) * d_);
   t.qm.resize(n_q);
+  t.q8.resize(static_cast<size_t>(n_q) * d_);
+  t.alpha.resize(n_q);
+  t.dots.resize(static_cast<size_t>(n_q) * kTileRows);
   for (int64_t b = BlockOf(r0); b < n_blocks() && block_start_[b] < r1; ++b) {
     const int64_t bs = std::max(r0, block_start_[b]);
     const int64_t be = std::min(r1, b + 1 < n_blocks() ? block_start_[b + 1] : n_rows_);
     ConvertF16ToF32(&params_[b * 2 * d_], t.scale.data(), d_);
     ConvertF16ToF32(&params_[b * 2 * d_ + d_], t.min.data(), d_);
     for (int i = 0; i < n_q; ++i) {
-      for (int c = 0; c < d_; ++c) t.qs[i * d_ + c] = q[i * d_ + c] * t.scale[c];
+      if (integer) {
+        t.alpha[i] = ScaleQuantizeI8(q + i * d_, t.scale.data(), t.min.data(), d_, &t.q8[i * d_],
+                                     &t.qm[i]);
+        continue;
+      }
+      float* qs = &t.qs[i * d_];
+      for (int c = 0; c < d_; ++c) qs[c] = q[i * d_ + c] * t.scale[c];
       t.qm[i] = DotF32(q + i * d_, t.min.data(), d_);
     }
     for (int64_t a = bs; a < be; a += kTileRows) {
-      const int64_t e = std::min(be, a + kTileRows);
+      const int64_t e = std::min(be, a + kTileRows), m = e - a;
       UnpackTile(a, e, t.tile_codes.data());
       float* sc = scores + col0 + (a - r0);
-      DotCodeRows(t.tile_codes.data(), e - a, d_, d_, t.qs.data(), n_q, sc, ld);
+      if (integer) {
+        DotCodeRowsI8(t.tile_codes.data(), m, d_, d_, d_, t.q8.data(), n_q, t.dots.data(),
+                      kTileRows);
+        // One group with unit "scale" and "min": alpha * dot + q . min.
+        CombineCodeDots(t.dots.data(), t.ones.data(), t.ones.data(), kTileRows, m, n_q, 1,
+                        t.alpha.data(), t.qm.data(), sc, ld);
+        continue;
+      }
+      DotCodeRows(t.tile_codes.data(), m, d_, d_, t.qs.data(), n_q, sc, ld);
       for (int i = 0; i < n_q; ++i) {
-        for (int64_t k = 0; k < e - a; ++k) sc[i * ld + k] += t.qm[i];
+        for (int64_t k = 0; k < m; ++k) sc[i * ld + k] += t.qm[i];
       }
     }
   }
@@ -447,8 +533,9 @@ void ChannelBlocks::Accumulate(int64_t r0, int64_t r1, const float* p, int n_q, 
       const int64_t e = std::min(be, a + kTileRows);
       UnpackTile(a, e, t.tile_codes.data());
       const float* pa = p + col0 + (a - r0);
-      AxpyCodeRows(pa, n_q, ld, t.tile_codes.data(), e - a, d_, d_, 0, d_, nullptr, 0,
-                   t.acc.data());
+      // One weight group spanning the row: the probabilities themselves.
+      AxpyCodeRowsWeighted(pa, n_q, ld, t.tile_codes.data(), e - a, d_, d_, 0, d_,
+                           t.acc.data());
       for (int i = 0; i < n_q; ++i) {
         for (int64_t k = 0; k < e - a; ++k) t.psum[i] += pa[i * ld + k];
       }

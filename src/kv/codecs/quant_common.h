@@ -101,6 +101,14 @@ class TokenGroupRows {
   void AddMemory(MemoryUsage& m) const;
 
  private:
+  // Scores of 2/4-bit codes with an int8 query (window aligned to the groups).
+  void ScoresInteger(int64_t r0, const int64_t* rows, int64_t n_sel, int c0, int n,
+                     const float* q, int n_q, float* scores, int64_t ld, int64_t col0,
+                     CodeTileScratch& t) const;
+  // Parameters of selected rows k0..k1, groups [g0, g0 + ng), into t.gscale / t.gmin
+  // ([ng, tile rows] floats).
+  void TileParams(int64_t r0, const int64_t* rows, int64_t k0, int64_t k1, int g0, int ng,
+                  CodeTileScratch& t) const;
   // Row r's channels [c0, c0 + n) as floats.  out: [n]
   void DecodeRow(int64_t r, int c0, int n, float* out) const;
   // Codes of selected rows k0..k1 of a Scores/Accumulate call.  out: [k1 - k0, n]
