@@ -640,25 +640,17 @@ void Fp16Rows::Clear() {
   data_ = AlignedBuffer<uint16_t>();
 }
 
+// The residual rows are one contiguous fp16 tile: the plain f16 store's tile kernels.
 void Fp16Rows::Scores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
                       int64_t ld, int64_t col0) const {
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint16_t* row = Row(r);
-    for (int i = 0; i < n_q; ++i) {
-      scores[i * ld + col0 + (r - r0)] = DotF16F32(row, q + i * d_, d_);
-    }
-  }
+  if (r0 >= r1) return;
+  DotRowsF16(Row(r0), r1 - r0, d_, q, n_q, scores + col0, ld);
 }
 
 void Fp16Rows::Accumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld,
                           int64_t col0, float* out) const {
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint16_t* row = Row(r);
-    for (int i = 0; i < n_q; ++i) {
-      const float w = p[i * ld + col0 + (r - r0)];
-      if (w != 0.0f) AxpyF16(w, row, out + i * d_, d_);
-    }
-  }
+  if (r0 >= r1) return;
+  AxpyRowsF16(p + col0, n_q, ld, Row(r0), r1 - r0, d_, out);
 }
 
 Result<int64_t> ParamChoice(const MethodSpec& spec, const std::string& key, int64_t fallback,
