@@ -11,12 +11,13 @@
 //
 // Design goals: the containers hold the real packed form; Scores/Accumulate read it directly,
 // one tile of at most 64 rows at a time: the packed codes are unpacked to one byte per code
-// (ops/code_unpack.h) and consumed in the algebraic form of the format (ops/code_dot.h):
-// per-channel groups fold the scale into the query and add q.min; per-token groups fold the
-// scale into the probability and add p.min per group. Only TokenGroupRows::Scores (per-token
-// key groups: FlexGen, HF axis 0) dequantizes the tile to floats first, since a per-group
-// scale inside a dot product would need one reduction per group. The float form of the
-// cache never exists beyond one tile per thread; the bytes read are the compressed ones.
+// (ops/code_unpack.h) and consumed in the algebraic form of the format. Keys with 2- or
+// 4-bit codes are scored with an int8 query (ops/code_dot_i8.h; per-channel scales folded
+// into the query first), exact int32 code dots, then alpha, scales and q.min in one vector
+// pass; 8-bit codes use the float kernels of ops/code_dot.h. Values fold the per-(row, group)
+// scale into the probability once per tile (ops/code_dot.h AxpyCodeRowsWeighted) and add
+// p.min per group. The float form of the cache never exists beyond one tile per thread; the
+// bytes read are the compressed ones.
 // Non-goals: thread safety of mutation; bit-exactness with the Python libraries (the
 // quantizer follows METHODS.md 0 exactly, HQQ follows the published update rules).
 #ifndef KVPACK_KV_CODECS_QUANT_COMMON_H_
