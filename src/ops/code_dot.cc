@@ -64,94 +64,6 @@ void DotCodeRowsImpl(const uint8_t* codes, size_t n_rows, size_t row_stride, siz
   }
 }
 
-// Columns [c, c + 2N) for M (1..4) query rows: the 2M output vectors stay in registers over
-// all rows. Each of the two vectors lies inside one scale group (ga, gb).
-template <size_t M>
-HWY_INLINE void AxpyCodeBlock(const float* p, size_t ld, const uint8_t* codes, size_t n_rows,
-                              size_t row_stride, size_t c, size_t ga, size_t gb,
-                              const float* row_scale, size_t scale_stride, float* out,
-                              size_t dim) {
-  const DF d;
-  const size_t N = hn::Lanes(d);
-  float* o0 = out + c;
-  auto x0 = hn::LoadU(d, o0), y0 = hn::LoadU(d, o0 + N);
-  auto x1 = x0, y1 = y0, x2 = x0, y2 = y0, x3 = x0, y3 = y0;
-  if (M > 1) x1 = hn::LoadU(d, o0 + dim), y1 = hn::LoadU(d, o0 + dim + N);
-  if (M > 2) x2 = hn::LoadU(d, o0 + 2 * dim), y2 = hn::LoadU(d, o0 + 2 * dim + N);
-  if (M > 3) x3 = hn::LoadU(d, o0 + 3 * dim), y3 = hn::LoadU(d, o0 + 3 * dim + N);
-  for (size_t t = 0; t < n_rows; ++t) {
-    const uint8_t* row = codes + t * row_stride + c;
-    const auto va = LoadCodes(d, row), vb = LoadCodes(d, row + N);
-    const float sa = row_scale ? row_scale[t * scale_stride + ga] : 1.0f;
-    const float sb = row_scale ? row_scale[t * scale_stride + gb] : 1.0f;
-    const float w0 = p[t];
-    x0 = hn::MulAdd(hn::Set(d, w0 * sa), va, x0);
-    y0 = hn::MulAdd(hn::Set(d, w0 * sb), vb, y0);
-    if (M > 1) {
-      const float w = p[ld + t];
-      x1 = hn::MulAdd(hn::Set(d, w * sa), va, x1);
-      y1 = hn::MulAdd(hn::Set(d, w * sb), vb, y1);
-    }
-    if (M > 2) {
-      const float w = p[2 * ld + t];
-      x2 = hn::MulAdd(hn::Set(d, w * sa), va, x2);
-      y2 = hn::MulAdd(hn::Set(d, w * sb), vb, y2);
-    }
-    if (M > 3) {
-      const float w = p[3 * ld + t];
-      x3 = hn::MulAdd(hn::Set(d, w * sa), va, x3);
-      y3 = hn::MulAdd(hn::Set(d, w * sb), vb, y3);
-    }
-  }
-  hn::StoreU(x0, d, o0);
-  hn::StoreU(y0, d, o0 + N);
-  if (M > 1) hn::StoreU(x1, d, o0 + dim), hn::StoreU(y1, d, o0 + dim + N);
-  if (M > 2) hn::StoreU(x2, d, o0 + 2 * dim), hn::StoreU(y2, d, o0 + 2 * dim + N);
-  if (M > 3) hn::StoreU(x3, d, o0 + 3 * dim), hn::StoreU(y3, d, o0 + 3 * dim + N);
-}
-
-// Columns the register-blocked path cannot take (a vector straddling two groups, or the
-// tail), one element at a time.
-void AxpyCodeColumn(const float* p, size_t n_q, size_t ld, const uint8_t* codes, size_t n_rows,
-                    size_t row_stride, size_t c, size_t g, const float* row_scale,
-                    size_t scale_stride, float* out, size_t dim) {
-  for (size_t t = 0; t < n_rows; ++t) {
-    const float s = row_scale ? row_scale[t * scale_stride + g] : 1.0f;
-    const float v = static_cast<float>(codes[t * row_stride + c]);
-    for (size_t i = 0; i < n_q; ++i) out[i * dim + c] += (p[i * ld + t] * s) * v;
-  }
-}
-
-void AxpyCodeRowsImpl(const float* p, size_t n_q, size_t ld, const uint8_t* codes,
-                      size_t n_rows, size_t row_stride, size_t dim, size_t first, size_t group,
-                      const float* row_scale, size_t scale_stride, float* out) {
-  const DF d;
-  const size_t N = hn::Lanes(d);
-  auto group_of = [&](size_t c) { return (first + c) / group; };
-  size_t c = 0;
-  while (c < dim) {
-    if (c + 2 * N <= dim && group_of(c) == group_of(c + N - 1) &&
-        group_of(c + N) == group_of(c + 2 * N - 1)) {
-      const size_t ga = group_of(c), gb = group_of(c + N);
-      for (size_t i0 = 0; i0 < n_q; i0 += 4) {
-        const float* pi = p + i0 * ld;
-        float* oi = out + i0 * dim;
-        switch (std::min<size_t>(4, n_q - i0)) {
-          case 1: AxpyCodeBlock<1>(pi, ld, codes, n_rows, row_stride, c, ga, gb, row_scale, scale_stride, oi, dim); break;
-          case 2: AxpyCodeBlock<2>(pi, ld, codes, n_rows, row_stride, c, ga, gb, row_scale, scale_stride, oi, dim); break;
-          case 3: AxpyCodeBlock<3>(pi, ld, codes, n_rows, row_stride, c, ga, gb, row_scale, scale_stride, oi, dim); break;
-          default: AxpyCodeBlock<4>(pi, ld, codes, n_rows, row_stride, c, ga, gb, row_scale, scale_stride, oi, dim); break;
-        }
-      }
-      c += 2 * N;
-    } else {
-      AxpyCodeColumn(p, n_q, ld, codes, n_rows, row_stride, c, group_of(c), row_scale,
-                     scale_stride, out, dim);
-      ++c;
-    }
-  }
-}
-
 // V (1, 2 or 4) vectors of columns from c for M (1..4) query rows: the M * V accumulators stay
 // in registers over all rows; wv[m * V + v] is the weight row of query m for vector v's group.
 template <size_t M, size_t V>
@@ -242,7 +154,6 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace kvpack {
 HWY_EXPORT(DotCodeRowsImpl);
-HWY_EXPORT(AxpyCodeRowsImpl);
 HWY_EXPORT(AxpyCodeRowsWeightedImpl);
 
 void AxpyCodeRowsWeighted(const float* w, size_t n_q, size_t ld, const uint8_t* codes,
@@ -272,13 +183,6 @@ void DotCodeRows(const uint8_t* codes, size_t n_rows, size_t row_stride, size_t 
                  const float* q, size_t n_q, float* scores, size_t ld) {
   HWY_DYNAMIC_DISPATCH(DotCodeRowsImpl)(codes, n_rows, row_stride, d, q, n_q, scores, ld);
 }
-void AxpyCodeRows(const float* p, size_t n_q, size_t ld, const uint8_t* codes, size_t n_rows,
-                  size_t row_stride, size_t d, size_t first, size_t group,
-                  const float* row_scale, size_t scale_stride, float* out) {
-  HWY_DYNAMIC_DISPATCH(AxpyCodeRowsImpl)(p, n_q, ld, codes, n_rows, row_stride, d, first, group,
-                                         row_scale, scale_stride, out);
-}
-
 void DotCodeRowsRef(const uint8_t* codes, size_t n_rows, size_t row_stride, size_t d,
                     const float* q, size_t n_q, float* scores, size_t ld) {
   for (size_t t = 0; t < n_rows; ++t) {
@@ -286,18 +190,6 @@ void DotCodeRowsRef(const uint8_t* codes, size_t n_rows, size_t row_stride, size
       double acc = 0.0;
       for (size_t c = 0; c < d; ++c) acc += static_cast<double>(q[i * d + c]) * codes[t * row_stride + c];
       scores[i * ld + t] = static_cast<float>(acc);
-    }
-  }
-}
-void AxpyCodeRowsRef(const float* p, size_t n_q, size_t ld, const uint8_t* codes, size_t n_rows,
-                     size_t row_stride, size_t d, size_t first, size_t group,
-                     const float* row_scale, size_t scale_stride, float* out) {
-  for (size_t t = 0; t < n_rows; ++t) {
-    for (size_t c = 0; c < d; ++c) {
-      const float s = row_scale ? row_scale[t * scale_stride + (first + c) / group] : 1.0f;
-      for (size_t i = 0; i < n_q; ++i) {
-        out[i * d + c] += p[i * ld + t] * s * static_cast<float>(codes[t * row_stride + c]);
-      }
     }
   }
 }

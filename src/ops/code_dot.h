@@ -7,7 +7,8 @@
 //   q . (code * scale + min) = (q * scale) . code + q . min,
 //   sum_t p_t (code_t * scale + min) = scale * (sum_t p_t code_t) + min * sum_t p_t,
 // and for per-token groups the per-(row, group) scale multiplies p_t before the codes are
-// accumulated. The kernels below do the code part; the codecs add the scale/min parts.
+// accumulated (the caller forms those weights once per tile). The kernels below do the code
+// part; the codecs add the scale/min parts. 2/4-bit key scores use ops/code_dot_i8.h.
 #ifndef KVPACK_OPS_CODE_DOT_H_
 #define KVPACK_OPS_CODE_DOT_H_
 
@@ -22,16 +23,6 @@ void DotCodeRows(const uint8_t* codes, size_t n_rows, size_t row_stride, size_t 
                  const float* q, size_t n_q, float* scores, size_t ld);
 void DotCodeRowsRef(const uint8_t* codes, size_t n_rows, size_t row_stride, size_t d,
                     const float* q, size_t n_q, float* scores, size_t ld);
-
-// out[i * d + c] += sum_t p[i * ld + t] * s(t, c) * codes[t * row_stride + c], where
-// s(t, c) = row_scale[t * scale_stride + (first + c) / group], or 1 when row_scale is null.
-//   p: [n_q, ld]; codes: [n_rows, row_stride]; out: [n_q, d].
-void AxpyCodeRows(const float* p, size_t n_q, size_t ld, const uint8_t* codes, size_t n_rows,
-                  size_t row_stride, size_t d, size_t first, size_t group,
-                  const float* row_scale, size_t scale_stride, float* out);
-void AxpyCodeRowsRef(const float* p, size_t n_q, size_t ld, const uint8_t* codes, size_t n_rows,
-                     size_t row_stride, size_t d, size_t first, size_t group,
-                     const float* row_scale, size_t scale_stride, float* out);
 
 // Weights per (query row, row, group), e.g. probability x the row's group scale, formed once
 // per tile by the caller so that the inner loop is one FMA per code and query row:

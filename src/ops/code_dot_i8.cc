@@ -127,22 +127,15 @@ void DotCodeRowsI8Impl(const uint8_t* codes, size_t n_rows, size_t row_stride, s
 
 float ScaleQuantizeI8Impl(const float* x, const float* scale, const float* min, size_t n,
                           int8_t* q, float* xmin) {
-  HWY_ALIGN float xs[256];
-  if (n > 256) {  // not a key block of a head: two passes
-    std::vector<float> big(n);
-    for (size_t i = 0; i < n; ++i) big[i] = x[i] * scale[i];
-    float dot = 0.0f;
-    for (size_t i = 0; i < n; ++i) dot += x[i] * min[i];
-    *xmin = dot;
-    return QuantizeI8Impl(big.data(), n, q);
-  }
+  thread_local std::vector<float> xs;  // x * scale, one head's row
+  if (xs.size() < n) xs.resize(n);
   const hn::ScalableTag<float> df;
   const size_t N = hn::Lanes(df);
   auto vdot = hn::Zero(df);
   size_t i = 0;
   for (; i + N <= n; i += N) {
     const auto v = hn::LoadU(df, x + i);
-    hn::Store(hn::Mul(v, hn::LoadU(df, scale + i)), df, xs + i);
+    hn::StoreU(hn::Mul(v, hn::LoadU(df, scale + i)), df, &xs[i]);
     vdot = hn::MulAdd(v, hn::LoadU(df, min + i), vdot);
   }
   float dot = hn::GetLane(hn::SumOfLanes(df, vdot));
@@ -151,7 +144,7 @@ float ScaleQuantizeI8Impl(const float* x, const float* scale, const float* min, 
     dot += x[i] * min[i];
   }
   *xmin = dot;
-  return QuantizeI8Impl(xs, n, q);
+  return QuantizeI8Impl(xs.data(), n, q);
 }
 
 float QuantizeI8Impl(const float* x, size_t n, int8_t* q) {

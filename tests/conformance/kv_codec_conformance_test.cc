@@ -59,7 +59,8 @@ std::string Str(const MethodSpec& s, const char* key, const char* fallback) {
 bool IntegerKeys(const std::string& codec, const MethodSpec& s) {
   static const std::set<std::string> kQuantFamily = {"kivi", "flexgen", "kcvt", "hf", "gear", "gear-l"};
   if (!kQuantFamily.count(codec)) return false;
-  return Int(s, codec == "hf" ? "nbits" : "bits", 2) <= 4;
+  // Every family default is at most 4 bits, so a spec without the key is integer too.
+  return Int(s, codec == "hf" ? "nbits" : "bits", 4) <= 4;
 }
 int64_t Ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t Total(const std::vector<int64_t>& chunks) {

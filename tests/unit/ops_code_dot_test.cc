@@ -41,42 +41,5 @@ TEST(CodeDot, DotCodeRowsMatchesTheTwin) {
   }
 }
 
-TEST(CodeDot, AxpyCodeRowsMatchesTheTwinWithAndWithoutRowScales) {
-  std::mt19937 rng(2);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (size_t d : {8, 17, 32, 64, 96}) {
-    for (size_t group : {4, 16, 32, 64, 1000}) {
-      for (size_t first : {size_t{0}, size_t{8}}) {
-        const size_t n_rows = 9, n_q = 3, stride = d + 1, ld = n_rows + 1;
-        const size_t n_groups = (first + d + group - 1) / group;
-        std::vector<uint8_t> codes(n_rows * stride);
-        for (auto& c : codes) c = static_cast<uint8_t>(rng() & 15);
-        std::vector<float> p(n_q * ld), sc(n_rows * (n_groups + 1));
-        for (auto& x : p) x = u(rng);
-        for (auto& x : sc) x = u(rng);
-        for (int with_scale = 0; with_scale < 2; ++with_scale) {
-          const float* s = with_scale ? sc.data() : nullptr;
-          std::vector<float> a(n_q * d, 0.5f), b(n_q * d, 0.5f);
-          AxpyCodeRows(p.data(), n_q, ld, codes.data(), n_rows, stride, d, first, group, s,
-                       n_groups + 1, a.data());
-          AxpyCodeRowsRef(p.data(), n_q, ld, codes.data(), n_rows, stride, d, first, group, s,
-                          n_groups + 1, b.data());
-          for (size_t i = 0; i < n_q; ++i) {
-            for (size_t c = 0; c < d; ++c) {
-              double mag = 0.5;
-              for (size_t t = 0; t < n_rows; ++t) {
-                const double st = s ? std::fabs(s[t * (n_groups + 1) + (first + c) / group]) : 1.0;
-                mag += std::fabs(p[i * ld + t]) * st * codes[t * stride + c];
-              }
-              ASSERT_NEAR(a[i * d + c], b[i * d + c], 4 * n_rows * std::ldexp(1.0, -23) * mag)
-                  << d << " " << group << " " << first << " " << with_scale;
-            }
-          }
-        }
-      }
-    }
-  }
-}
-
 }  // namespace
 }  // namespace kvpack

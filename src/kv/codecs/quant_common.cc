@@ -191,7 +191,8 @@ struct CodeTileScratch {
   std::vector<float> ones = std::vector<float>(kTileRowsMax, 1.0f);
 };
 namespace {
-constexpr int64_t kTileRows = kTileRowsMax;  // a multiple of kCombinePad
+constexpr int64_t kTileRows = kTileRowsMax;
+static_assert(kTileRows % kCombinePad == 0, "CombineCodeDots reads whole vectors of a tile");
 
 // Keys of 2- and 4-bit codecs are scored in the integer domain (ops/code_dot_i8.h): the
 // query, with the per-channel scales folded in where the format has them, is quantized to
