@@ -44,6 +44,9 @@ Status KvCache::CreateStores() {
   last_rows_.assign(shape_.n_layers, 0);
   unobserved_.assign(shape_.n_layers, false);
   sequence_begun_ = false;
+  layer_payload_.assign(shape_.n_layers, 0);
+  payload_ = 0;
+  for (int l = 0; l < shape_.n_layers; ++l) RefreshPayload(l);
   return Status::Ok();
 }
 
@@ -66,7 +69,8 @@ Status KvCache::Append(int layer, const float* k, const float* v, const int32_t*
   n_seen_[layer] += n;
   last_rows_[layer] = n;
   if (policy_needs().attention) unobserved_[layer] = true;
-  UpdatePeak();
+  RefreshPayload(layer);
+  peak_bytes_ = std::max(peak_bytes_, payload_);
   return Status::Ok();
 }
 
@@ -82,8 +86,10 @@ Status KvCache::Retain(int layer, int head, std::span<const int64_t> keep) {
   Layer& L = layers_[layer];
   // Validate once up front so that keys, values and positions stay consistent.
   KVPACK_RETURN_IF_ERROR(CheckRetainIndices(keep, n_tokens(layer, head)));
-  KVPACK_RETURN_IF_ERROR(L.keys->Retain(head, keep));
-  KVPACK_RETURN_IF_ERROR(L.values->Retain(head, keep));
+  Status st = L.keys->Retain(head, keep);
+  if (st.ok()) st = L.values->Retain(head, keep);
+  RefreshPayload(layer);
+  KVPACK_RETURN_IF_ERROR(st);
   std::vector<int32_t>& p = L.positions[head];
   std::vector<int32_t> kept;
   kept.reserve(keep.size());
@@ -198,9 +204,16 @@ Status KvCache::ShiftToCompactPositions(int layer) {
   for (auto& p : L.positions) {
     for (size_t t = 0; t < p.size(); ++t) p[t] = static_cast<int32_t>(t);
   }
+  RefreshPayload(layer);
   return Status::Ok();
 }
 
-void KvCache::UpdatePeak() { peak_bytes_ = std::max(peak_bytes_, Memory().payload_bytes()); }
+void KvCache::RefreshPayload(int layer) {
+  const Layer& L = layers_[layer];
+  MemoryUsage m = L.keys->Memory();
+  m += L.values->Memory();
+  payload_ = payload_ - layer_payload_[layer] + m.payload_bytes();
+  layer_payload_[layer] = m.payload_bytes();
+}
 
 }  // namespace kvpack

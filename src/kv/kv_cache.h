@@ -115,7 +115,9 @@ class KvCache {
   };
   KvCache(const KvCacheShape& shape, KvSpec spec) : shape_(shape), spec_(std::move(spec)) {}
   Status CreateStores();
-  void UpdatePeak();
+  // Re-reads one layer's payload into layer_payload_ / payload_ after a change to it, so
+  // that tracking the peak costs one layer's Memory() per Append, not the whole cache's.
+  void RefreshPayload(int layer);
   ChunkContext LastChunk(int layer) const;
   Status ShiftToCompactPositions(int layer);
 
@@ -123,6 +125,8 @@ class KvCache {
   KvSpec spec_;
   std::vector<Layer> layers_;
   size_t peak_bytes_ = 0;
+  std::vector<size_t> layer_payload_;  // [n_layers] payload bytes of keys + values
+  size_t payload_ = 0;                 // sum of layer_payload_
   std::unique_ptr<EvictionPolicy> policy_;
   bool sequence_begun_ = false;
   std::vector<int64_t> n_seen_;      // [n_layers] tokens appended since the sequence began

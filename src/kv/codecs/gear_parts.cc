@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "core/half.h"
+#include "ops/lowrank_f16.h"
 #include "ops/vec.h"
 
 namespace kvpack {
@@ -21,6 +22,9 @@ std::vector<float>& Scratch() {
 
 // ---------------------------------------------------------------------------------------
 // LowRankBlocks
+
+static_assert(LowRankBlocks::kMaxRank <= static_cast<int>(kLowRankMaxRank),
+              "the fused kernels keep one projection of kMaxRank floats on the stack");
 
 void LowRankBlocks::AppendBlock(const uint16_t* a_t, const uint16_t* b_t, int64_t n, int rank) {
   if (n <= 0) return;
@@ -65,40 +69,28 @@ void LowRankBlocks::AddDecode(int64_t r0, int64_t r1, float* out) const {
 void LowRankBlocks::AddScores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
                               int64_t ld) const {
   if (r0 >= r1) return;
-  float qb[kMaxRank];  // one query projected on B (down-projection): [rank]
   for (size_t bi = FirstBlockAtOrAfter(r0); bi < blocks_.size(); ++bi) {
     const Block& blk = blocks_[bi];
     if (blk.first >= r1) break;
+    if (blk.rank == 0) continue;
     const int64_t s = std::max(r0, blk.first), e = std::min(r1, blk.first + blk.n);
-    for (int i = 0; i < n_q; ++i) {
-      for (int k = 0; k < blk.rank; ++k) {
-        qb[k] = DotF16F32(&blk.b_t[static_cast<size_t>(k) * d_], q + i * d_, d_);
-      }
-      // scores[i, s..e) += sum_k qb[k] * A^T[k, s..e)
-      for (int k = 0; k < blk.rank; ++k) {
-        AxpyF16(qb[k], &blk.a_t[k * blk.n + (s - blk.first)], scores + i * ld + (s - r0), e - s);
-      }
-    }
+    // scores[i, s..e) += (q[i] . B) A^T[:, s..e)
+    LowRankAddScoresF16(&blk.a_t[s - blk.first], blk.n, blk.b_t.data(), blk.rank, d_, e - s, q,
+                        n_q, scores + (s - r0), ld);
   }
 }
 
 void LowRankBlocks::AddAccumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld,
                                   float* out) const {
   if (r0 >= r1) return;
-  float pa[kMaxRank];  // one probability row projected on A (down-projection): [rank]
   for (size_t bi = FirstBlockAtOrAfter(r0); bi < blocks_.size(); ++bi) {
     const Block& blk = blocks_[bi];
     if (blk.first >= r1) break;
+    if (blk.rank == 0) continue;
     const int64_t s = std::max(r0, blk.first), e = std::min(r1, blk.first + blk.n);
-    for (int i = 0; i < n_q; ++i) {
-      for (int k = 0; k < blk.rank; ++k) {
-        pa[k] = DotF16F32(&blk.a_t[k * blk.n + (s - blk.first)], p + i * ld + (s - r0), e - s);
-      }
-      // out[i] += sum_k pa[k] * B^T[k]
-      for (int k = 0; k < blk.rank; ++k) {
-        AxpyF16(pa[k], &blk.b_t[static_cast<size_t>(k) * d_], out + i * d_, d_);
-      }
-    }
+    // out[i] += (p[i, s..e) . A[s..e)) B^T
+    LowRankAddAccumulateF16(&blk.a_t[s - blk.first], blk.n, blk.b_t.data(), blk.rank, d_, e - s,
+                            p + (s - r0), n_q, ld, out);
   }
 }
 
