@@ -157,16 +157,58 @@ void SparseOutliers::AddDecode(int64_t r0, int64_t r1, float* out) const {
   for (size_t j = i0; j < i1; ++j) out[(rows_[j] - r0) * d_ + channels_[j]] += v[j - i0];
 }
 
+namespace {
+
+// The sparse terms in one pass over m entries for all query rows:
+//   dst[i * ld_dst + dst_index[j] - dst_offset] += src[i * ld_src + src_index[j] - src_offset] * v[j]
+// (scores: dst index = row, src index = channel; accumulate: the other way round).
+// kNq > 0 fixes the number of query rows so that the loop over them unrolls and each
+// entry's indices and value are read once; kNq = 0 reads n_q.
+template <int kNq, typename DstIndex, typename SrcIndex>
+void AddEntryProducts(const DstIndex* dst_index, int64_t dst_offset, const SrcIndex* src_index,
+                      int64_t src_offset, const float* v, size_t m, const float* src,
+                      int64_t ld_src, int n_q, float* dst, int64_t ld_dst) {
+  const int nq = kNq > 0 ? kNq : n_q;
+  for (size_t j = 0; j < m; ++j) {
+    const int64_t di = dst_index[j] - dst_offset, si = src_index[j] - src_offset;
+    for (int i = 0; i < nq; ++i) dst[i * ld_dst + di] += src[i * ld_src + si] * v[j];
+  }
+}
+
+template <typename DstIndex, typename SrcIndex>
+void AddEntryProductsAnyNq(const DstIndex* dst_index, int64_t dst_offset,
+                           const SrcIndex* src_index, int64_t src_offset, const float* v,
+                           size_t m, const float* src, int64_t ld_src, int n_q, float* dst,
+                           int64_t ld_dst) {
+  switch (n_q) {
+    case 1:
+      return AddEntryProducts<1>(dst_index, dst_offset, src_index, src_offset, v, m, src,
+                                 ld_src, n_q, dst, ld_dst);
+    case 2:
+      return AddEntryProducts<2>(dst_index, dst_offset, src_index, src_offset, v, m, src,
+                                 ld_src, n_q, dst, ld_dst);
+    case 3:
+      return AddEntryProducts<3>(dst_index, dst_offset, src_index, src_offset, v, m, src,
+                                 ld_src, n_q, dst, ld_dst);
+    case 4:
+      return AddEntryProducts<4>(dst_index, dst_offset, src_index, src_offset, v, m, src,
+                                 ld_src, n_q, dst, ld_dst);
+    default:
+      return AddEntryProducts<0>(dst_index, dst_offset, src_index, src_offset, v, m, src,
+                                 ld_src, n_q, dst, ld_dst);
+  }
+}
+
+}  // namespace
+
 void SparseOutliers::AddScores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
                                int64_t ld) const {
   size_t i0, i1;
   std::vector<float>& v = Scratch();
   Range(r0, r1, i0, i1, v);
-  for (int i = 0; i < n_q; ++i) {
-    const float* qi = q + i * d_;
-    float* si = scores + i * ld;
-    for (size_t j = i0; j < i1; ++j) si[rows_[j] - r0] += qi[channels_[j]] * v[j - i0];
-  }
+  // scores[i, row - r0] += q[i, channel] * value
+  AddEntryProductsAnyNq(rows_.data() + i0, r0, channels_.data() + i0, 0, v.data(), i1 - i0, q,
+                        d_, n_q, scores, ld);
 }
 
 void SparseOutliers::AddAccumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld,
@@ -174,11 +216,9 @@ void SparseOutliers::AddAccumulate(int64_t r0, int64_t r1, const float* p, int n
   size_t i0, i1;
   std::vector<float>& v = Scratch();
   Range(r0, r1, i0, i1, v);
-  for (int i = 0; i < n_q; ++i) {
-    const float* pi = p + i * ld;
-    float* oi = out + i * d_;
-    for (size_t j = i0; j < i1; ++j) oi[channels_[j]] += pi[rows_[j] - r0] * v[j - i0];
-  }
+  // out[i, channel] += p[i, row - r0] * value
+  AddEntryProductsAnyNq(channels_.data() + i0, 0, rows_.data() + i0, r0, v.data(), i1 - i0, p,
+                        ld, n_q, out, d_);
 }
 
 void SparseOutliers::Keep(std::span<const int64_t> keep) {
