@@ -15,11 +15,15 @@ namespace kvpack {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Byte-aligned 2/4/8-bit streams, 16 source bytes at a time: split every byte into its
-// codes, then interleave them back into stream order (code i of byte j is code 8j/b + i).
+// Byte-aligned 2/4/8-bit streams: each source byte is widened to a lane of as many bytes as
+// it holds codes (u32 for 2-bit, u16 for 4-bit), shifted copies of it are ORed so that code
+// i lands in byte i of the lane, and a mask keeps the code bits. With little-endian lanes
+// byte i of lane j is output byte (8j/b + i): stream order, no shuffles. A 512-bit vector
+// makes 64 codes per step.
 void UnpackCodesU8Impl(const uint8_t* src, int64_t first, size_t n, int bits, uint8_t* dst) {
   size_t i = 0;
-#if HWY_TARGET != HWY_SCALAR
+#if HWY_TARGET != HWY_SCALAR && defined(__BYTE_ORDER__) && \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
   const int64_t bit0 = first * bits;
   if ((bit0 & 7) == 0 && (bits == 2 || bits == 4 || bits == 8)) {
     const uint8_t* p = src + (bit0 >> 3);
@@ -27,34 +31,28 @@ void UnpackCodesU8Impl(const uint8_t* src, int64_t first, size_t n, int bits, ui
       std::memcpy(dst, p, n);
       return;
     }
-    const hn::Full128<uint8_t> d8;
-    const hn::Full128<uint16_t> d16;
     if (bits == 4) {
-      const auto mask = hn::Set(d8, 0x0F);
-      for (; i + 32 <= n; i += 32) {
-        const auto v = hn::LoadU(d8, p + i / 2);
-        const auto lo = hn::And(v, mask);
-        const auto hi = hn::And(hn::ShiftRight<4>(v), mask);
-        hn::StoreU(hn::InterleaveLower(d8, lo, hi), d8, dst + i);
-        hn::StoreU(hn::InterleaveUpper(d8, lo, hi), d8, dst + i + 16);
+      const hn::ScalableTag<uint16_t> d16;
+      const hn::Rebind<uint8_t, decltype(d16)> d8;  // one source byte per u16 lane
+      const hn::Repartition<uint8_t, decltype(d16)> dout;
+      const size_t step = 2 * hn::Lanes(d16);       // codes per step
+      const auto mask = hn::Set(d16, 0x0F0F);
+      for (; i + step <= n; i += step) {
+        const auto x = hn::PromoteTo(d16, hn::LoadU(d8, p + i / 2));
+        hn::StoreU(hn::BitCast(dout, hn::And(hn::Or(x, hn::ShiftLeft<4>(x)), mask)), dout,
+                   dst + i);
       }
     } else {
-      const auto mask = hn::Set(d8, 0x03);
-      for (; i + 64 <= n; i += 64) {
-        const auto v = hn::LoadU(d8, p + i / 4);
-        const auto c0 = hn::And(v, mask);
-        const auto c1 = hn::And(hn::ShiftRight<2>(v), mask);
-        const auto c2 = hn::And(hn::ShiftRight<4>(v), mask);
-        const auto c3 = hn::And(hn::ShiftRight<6>(v), mask);
-        // Bytes 0-7: pairs (c0,c1) and (c2,c3) per byte, then the pairs as 16-bit lanes.
-        const auto a_lo = hn::BitCast(d16, hn::InterleaveLower(d8, c0, c1));
-        const auto b_lo = hn::BitCast(d16, hn::InterleaveLower(d8, c2, c3));
-        const auto a_hi = hn::BitCast(d16, hn::InterleaveUpper(d8, c0, c1));
-        const auto b_hi = hn::BitCast(d16, hn::InterleaveUpper(d8, c2, c3));
-        hn::StoreU(hn::BitCast(d8, hn::InterleaveLower(d16, a_lo, b_lo)), d8, dst + i);
-        hn::StoreU(hn::BitCast(d8, hn::InterleaveUpper(d16, a_lo, b_lo)), d8, dst + i + 16);
-        hn::StoreU(hn::BitCast(d8, hn::InterleaveLower(d16, a_hi, b_hi)), d8, dst + i + 32);
-        hn::StoreU(hn::BitCast(d8, hn::InterleaveUpper(d16, a_hi, b_hi)), d8, dst + i + 48);
+      const hn::ScalableTag<uint32_t> d32;
+      const hn::Rebind<uint8_t, decltype(d32)> d8;  // one source byte per u32 lane
+      const hn::Repartition<uint8_t, decltype(d32)> dout;
+      const size_t step = 4 * hn::Lanes(d32);
+      const auto mask = hn::Set(d32, 0x03030303u);
+      for (; i + step <= n; i += step) {
+        const auto x = hn::PromoteTo(d32, hn::LoadU(d8, p + i / 4));
+        const auto y = hn::Or(hn::Or(x, hn::ShiftLeft<6>(x)),
+                              hn::Or(hn::ShiftLeft<12>(x), hn::ShiftLeft<18>(x)));
+        hn::StoreU(hn::BitCast(dout, hn::And(y, mask)), dout, dst + i);
       }
     }
   }

@@ -34,7 +34,7 @@ std::vector<uint8_t> Pack(const std::vector<uint8_t>& codes, int bits) {
 TEST(CodeUnpack, MatchesTheBitStreamDefinitionForEveryWidthAndOffset) {
   std::mt19937 rng(7);
   for (int bits = 1; bits <= 8; ++bits) {
-    for (size_t n : {1, 15, 16, 31, 32, 33, 63, 64, 65, 127, 128, 200}) {
+    for (size_t n : {1, 15, 16, 31, 32, 33, 63, 64, 65, 127, 128, 200, 256, 515}) {
       for (int64_t first : {0, 1, 3, 4, 8, 16}) {
         std::vector<uint8_t> codes(first + n);
         for (auto& c : codes) c = static_cast<uint8_t>(rng() & ((1u << bits) - 1));

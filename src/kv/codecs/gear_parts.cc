@@ -33,13 +33,16 @@ void LowRankBlocks::AppendBlock(const uint16_t* a_t, const uint16_t* b_t, int64_
   blk.first = n_rows_;
   blk.n = n;
   blk.rank = rank;
-  blk.a_t.Resize(static_cast<size_t>(n) * rank);
-  blk.b_t.Resize(static_cast<size_t>(d_) * rank);
+  blk.a_off = a_t_.size();
+  blk.b_off = b_t_.size();
+  const size_t na = static_cast<size_t>(n) * rank, nb = static_cast<size_t>(d_) * rank;
+  a_t_.Resize(blk.a_off + na);
+  b_t_.Resize(blk.b_off + nb);
   if (rank > 0) {
-    std::memcpy(blk.a_t.data(), a_t, blk.a_t.size() * sizeof(uint16_t));
-    std::memcpy(blk.b_t.data(), b_t, blk.b_t.size() * sizeof(uint16_t));
+    std::memcpy(&a_t_[blk.a_off], a_t, na * sizeof(uint16_t));
+    std::memcpy(&b_t_[blk.b_off], b_t, nb * sizeof(uint16_t));
   }
-  blocks_.push_back(std::move(blk));
+  blocks_.push_back(blk);
   n_rows_ += n;
 }
 
@@ -57,8 +60,8 @@ void LowRankBlocks::AddDecode(int64_t r0, int64_t r1, float* out) const {
     if (blk.first >= r1) break;
     const int64_t s = std::max(r0, blk.first), e = std::min(r1, blk.first + blk.n);
     for (int k = 0; k < blk.rank; ++k) {
-      const uint16_t* a = &blk.a_t[k * blk.n];
-      const uint16_t* b = &blk.b_t[static_cast<size_t>(k) * d_];
+      const uint16_t* a = &a_t_[blk.a_off + static_cast<size_t>(k) * blk.n];
+      const uint16_t* b = &b_t_[blk.b_off + static_cast<size_t>(k) * d_];
       for (int64_t row = s; row < e; ++row) {
         AxpyF16(Fp16ToFp32(a[row - blk.first]), b, out + (row - r0) * d_, d_);
       }
@@ -75,8 +78,8 @@ void LowRankBlocks::AddScores(int64_t r0, int64_t r1, const float* q, int n_q, f
     if (blk.rank == 0) continue;
     const int64_t s = std::max(r0, blk.first), e = std::min(r1, blk.first + blk.n);
     // scores[i, s..e) += (q[i] . B) A^T[:, s..e)
-    LowRankAddScoresF16(&blk.a_t[s - blk.first], blk.n, blk.b_t.data(), blk.rank, d_, e - s, q,
-                        n_q, scores + (s - r0), ld);
+    LowRankAddScoresF16(&a_t_[blk.a_off + (s - blk.first)], blk.n, &b_t_[blk.b_off], blk.rank,
+                        d_, e - s, q, n_q, scores + (s - r0), ld);
   }
 }
 
@@ -89,46 +92,49 @@ void LowRankBlocks::AddAccumulate(int64_t r0, int64_t r1, const float* p, int n_
     if (blk.rank == 0) continue;
     const int64_t s = std::max(r0, blk.first), e = std::min(r1, blk.first + blk.n);
     // out[i] += (p[i, s..e) . A[s..e)) B^T
-    LowRankAddAccumulateF16(&blk.a_t[s - blk.first], blk.n, blk.b_t.data(), blk.rank, d_, e - s,
-                            p + (s - r0), n_q, ld, out);
+    LowRankAddAccumulateF16(&a_t_[blk.a_off + (s - blk.first)], blk.n, &b_t_[blk.b_off],
+                            blk.rank, d_, e - s, p + (s - r0), n_q, ld, out);
   }
 }
 
 void LowRankBlocks::Keep(std::span<const int64_t> keep) {
   std::vector<Block> kept_blocks;
+  AlignedBuffer<uint16_t> a_t, b_t;
   size_t k = 0;
   int64_t next_row = 0;
-  for (Block& blk : blocks_) {
+  for (const Block& blk : blocks_) {
     const int64_t end = blk.first + blk.n;
     const size_t k0 = k;
     while (k < keep.size() && keep[k] < end) ++k;
     const int64_t n_kept = static_cast<int64_t>(k - k0);
     if (n_kept == 0) continue;  // no survivor: A and B are freed with the block
-    if (n_kept != blk.n) {
-      // Drop the evicted tokens' rows of A (columns of A^T); B, shared by the block, stays.
-      AlignedBuffer<uint16_t> a_t(static_cast<size_t>(n_kept) * blk.rank);
-      for (int r = 0; r < blk.rank; ++r) {
-        for (int64_t j = 0; j < n_kept; ++j) {
-          a_t[r * n_kept + j] = blk.a_t[r * blk.n + (keep[k0 + j] - blk.first)];
-        }
+    // The survivors' rows of A (columns of A^T); B, shared by the block, stays.
+    Block nb{next_row, n_kept, blk.rank, a_t.size(), b_t.size()};
+    a_t.Resize(nb.a_off + static_cast<size_t>(n_kept) * blk.rank);
+    b_t.Resize(nb.b_off + static_cast<size_t>(d_) * blk.rank);
+    for (int r = 0; r < blk.rank; ++r) {
+      for (int64_t j = 0; j < n_kept; ++j) {
+        a_t[nb.a_off + r * n_kept + j] = a_t_[blk.a_off + r * blk.n + (keep[k0 + j] - blk.first)];
       }
-      blk.a_t = std::move(a_t);
-      blk.n = n_kept;
     }
-    blk.first = next_row;
-    next_row += blk.n;
-    kept_blocks.push_back(std::move(blk));
+    if (blk.rank > 0) {
+      std::memcpy(&b_t[nb.b_off], &b_t_[blk.b_off], static_cast<size_t>(d_) * blk.rank * sizeof(uint16_t));
+    }
+    next_row += n_kept;
+    kept_blocks.push_back(nb);
   }
+  a_t.ShrinkToFit();
+  b_t.ShrinkToFit();
+  a_t_ = std::move(a_t);
+  b_t_ = std::move(b_t);
   blocks_ = std::move(kept_blocks);
   n_rows_ = next_row;
 }
 
 void LowRankBlocks::AddMemory(MemoryUsage& m) const {
-  for (const Block& blk : blocks_) {
-    m.factor_bytes += (blk.a_t.size() + blk.b_t.size()) * sizeof(uint16_t);
-    m.reserved_bytes += blk.a_t.capacity_bytes() - blk.a_t.size() * sizeof(uint16_t) +
-                        blk.b_t.capacity_bytes() - blk.b_t.size() * sizeof(uint16_t);
-  }
+  m.factor_bytes += (a_t_.size() + b_t_.size()) * sizeof(uint16_t);
+  m.reserved_bytes += a_t_.capacity_bytes() - a_t_.size() * sizeof(uint16_t) +
+                      b_t_.capacity_bytes() - b_t_.size() * sizeof(uint16_t);
   m.other_bytes += blocks_.size() * kBlockTableBytes;
 }
 

@@ -49,19 +49,24 @@ class LowRankBlocks {
   void AddMemory(MemoryUsage& m) const;
 
  private:
+  // A block's factors live in the two arenas below, one after another in block order: the
+  // read path walks them sequentially (one allocation per block scattered the factors
+  // over the heap, and every block cost a cache miss once the cache outgrew the CPU's).
   struct Block {
     int64_t first = 0;  // first row
     int64_t n = 0;      // rows
     int rank = 0;
-    AlignedBuffer<uint16_t> a_t;  // A^T [rank, n] fp16
-    AlignedBuffer<uint16_t> b_t;  // B^T [rank, d] fp16
+    size_t a_off = 0;   // A^T [rank, n] at a_t_[a_off]
+    size_t b_off = 0;   // B^T [rank, d] at b_t_[b_off]
   };
   // Index of the first block holding a row >= r.
   size_t FirstBlockAtOrAfter(int64_t r) const;
 
   int d_;
   int64_t n_rows_ = 0;
-  std::vector<Block> blocks_;  // ascending `first`, contiguous rows
+  std::vector<Block> blocks_;    // ascending `first`, contiguous rows
+  AlignedBuffer<uint16_t> a_t_;  // every block's A^T, fp16
+  AlignedBuffer<uint16_t> b_t_;  // every block's B^T, fp16
 };
 
 class SparseOutliers {
