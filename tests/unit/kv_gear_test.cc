@@ -543,3 +543,66 @@ TEST(GearAttentionTest, FusedAttentionMatchesAttentionOverDecode) {
 
 }  // namespace
 }  // namespace kvpack
+
+namespace kvpack {
+namespace {
+
+// The outliers' row index: every row range [r0, r1), aligned to the index or not, before and
+// after eviction, sees exactly the entries of its rows (brute force over a plain list).
+TEST(GearSparsePartTest, RowRangesThroughTheIndexSeeExactlyTheirEntries) {
+  constexpr int d = 8;
+  std::mt19937 rng(21);
+  struct Entry {
+    int64_t row;
+    int ch;
+    float v;
+  };
+  std::vector<Entry> all;
+  SparseOutliers s(d);
+  int64_t n_rows = 0;
+  for (int block = 0; block < 9; ++block) {  // blocks of 1..150 rows, some without entries
+    const int64_t n = 1 + rng() % 150;
+    for (int64_t r = n_rows; r < n_rows + n; ++r) {
+      if (block % 4 == 3 || rng() % 3) continue;
+      for (int c = 0; c < d; c += 1 + rng() % 4) {
+        const float v = static_cast<float>(static_cast<int>(rng() % 64) - 32);
+        s.Append(r, c, Fp32ToFp16(v));
+        all.push_back({r, c, v});
+      }
+    }
+    n_rows += n;
+    s.ExtendRows(n_rows);
+  }
+  std::vector<float> q(d);
+  for (int c = 0; c < d; ++c) q[c] = static_cast<float>(c + 1);
+  auto check = [&](const std::vector<Entry>& entries, int64_t rows) {
+    for (int64_t r0 : {int64_t{0}, int64_t{1}, int64_t{63}, int64_t{64}, int64_t{100}, rows / 2}) {
+      for (int64_t len : {1, 5, 64, 128, 300}) {
+        const int64_t r1 = std::min(rows, r0 + len);
+        if (r0 >= r1) continue;
+        std::vector<float> got(r1 - r0, 0.0f), want(r1 - r0, 0.0f);
+        s.AddScores(r0, r1, q.data(), 1, got.data(), r1 - r0);
+        for (const Entry& e : entries) {
+          if (e.row >= r0 && e.row < r1) want[e.row - r0] += q[e.ch] * e.v;
+        }
+        ASSERT_EQ(got, want) << "rows [" << r0 << ", " << r1 << ")";  // small integers: exact
+      }
+    }
+  };
+  check(all, n_rows);
+  // Evict every third row; survivors are renumbered.
+  std::vector<int64_t> keep;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    if (r % 3) keep.push_back(r);
+  }
+  std::vector<Entry> kept;
+  for (const Entry& e : all) {
+    if (e.row % 3) kept.push_back({static_cast<int64_t>(std::lower_bound(keep.begin(), keep.end(), e.row) - keep.begin()), e.ch, e.v});
+  }
+  s.Keep(keep);
+  EXPECT_EQ(s.n_entries(), static_cast<int64_t>(kept.size()));
+  check(kept, static_cast<int64_t>(keep.size()));
+}
+
+}  // namespace
+}  // namespace kvpack

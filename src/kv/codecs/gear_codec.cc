@@ -249,6 +249,7 @@ void GearStore::CompressBlock(const float* x, int64_t n, int rank) {
         sparse_[h].Append(first[h] + t, c, Fp32ToFp16(std::clamp(corr, -65504.0f, 65504.0f)));
       }
     }
+    sparse_[h].ExtendRows(first[h] + n);
   }
   ++n_blocks_made_;
 }

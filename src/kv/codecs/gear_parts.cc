@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "core/check.h"
 #include "core/half.h"
@@ -143,15 +144,36 @@ void LowRankBlocks::AddMemory(MemoryUsage& m) const {
 
 void SparseOutliers::Append(int64_t row, int channel, uint16_t value_fp16) {
   KVPACK_CHECK(rows_.empty() || row >= rows_.back());
+  KVPACK_CHECK(row >= 0 && row <= std::numeric_limits<int32_t>::max());
+  // Index entries already made stay right: an entry with no row at or after its start
+  // holds n_entries, which is where this entry goes.
   rows_.push_back(static_cast<int32_t>(row));
   channels_.push_back(static_cast<uint16_t>(channel));
   values_.push_back(value_fp16);
 }
 
+void SparseOutliers::ExtendRows(int64_t n_rows) {
+  KVPACK_CHECK(rows_.empty() || rows_.back() < n_rows);
+  while (static_cast<int64_t>(row_index_.size()) * kIndexRows < n_rows) {
+    const int64_t start = static_cast<int64_t>(row_index_.size()) * kIndexRows;
+    row_index_.push_back(std::lower_bound(rows_.begin(), rows_.end(), start) - rows_.begin());
+  }
+}
+
+size_t SparseOutliers::FirstEntryAtOrAfter(int64_t r) const {
+  const int64_t k = r / kIndexRows;
+  if (r <= 0) return 0;
+  if (k >= static_cast<int64_t>(row_index_.size())) return rows_.size();
+  const auto lo = rows_.begin() + row_index_[k];
+  const auto hi = k + 1 < static_cast<int64_t>(row_index_.size()) ? rows_.begin() + row_index_[k + 1]
+                                                                   : rows_.end();
+  return std::lower_bound(lo, hi, r) - rows_.begin();
+}
+
 void SparseOutliers::Range(int64_t r0, int64_t r1, size_t& i0, size_t& i1,
                            std::vector<float>& values) const {
-  i0 = std::lower_bound(rows_.begin(), rows_.end(), r0) - rows_.begin();
-  i1 = std::lower_bound(rows_.begin() + i0, rows_.end(), r1) - rows_.begin();
+  i0 = FirstEntryAtOrAfter(r0);
+  i1 = std::max(i0, FirstEntryAtOrAfter(r1));
   values.resize(i1 - i0);
   if (i1 > i0) ConvertF16ToF32(&values_[i0], values.data(), i1 - i0);
 }
@@ -244,11 +266,17 @@ void SparseOutliers::Keep(std::span<const int64_t> keep) {
   rows_.shrink_to_fit();
   channels_.shrink_to_fit();
   values_.shrink_to_fit();
+  if (!row_index_.empty()) {  // gear-l never indexes (nor has entries)
+    row_index_.clear();
+    ExtendRows(static_cast<int64_t>(keep.size()));
+    row_index_.shrink_to_fit();
+  }
 }
 
 void SparseOutliers::AddMemory(MemoryUsage& m) const {
   static_assert(kEntryBytes == sizeof(int32_t) + 2 * sizeof(uint16_t));
   m.sparse_bytes += rows_.size() * kEntryBytes;
+  m.other_bytes += row_index_.size() * sizeof(int64_t);
   m.reserved_bytes += (rows_.capacity() - rows_.size()) * sizeof(int32_t) +
                       (channels_.capacity() - channels_.size()) * sizeof(uint16_t) +
                       (values_.capacity() - values_.size()) * sizeof(uint16_t);

@@ -72,7 +72,8 @@ class LowRankBlocks {
 class SparseOutliers {
  public:
   // Bytes per entry, counted in MemoryUsage::sparse_bytes: row (int32), channel (uint16),
-  // fp16 value.
+  // fp16 value. The row index (8 bytes per kIndexRows compressed rows, rounded up) is
+  // counted in other_bytes.
   static constexpr size_t kEntryBytes = 8;
 
   explicit SparseOutliers(int d) : d_(d) {}
@@ -80,6 +81,9 @@ class SparseOutliers {
   int64_t n_entries() const { return static_cast<int64_t>(rows_.size()); }
   // Entries must arrive sorted by row (then channel) and after every existing row.
   void Append(int64_t row, int channel, uint16_t value_fp16);
+  // The head now has n_rows compressed rows (entries only ever name rows below it): extends
+  // the row index over them.
+  void ExtendRows(int64_t n_rows);
 
   void AddDecode(int64_t r0, int64_t r1, float* out) const;  // out: [r1 - r0, d]
   void AddScores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
@@ -91,13 +95,21 @@ class SparseOutliers {
   void AddMemory(MemoryUsage& m) const;
 
  private:
+  // Rows per entry of the row index.
+  static constexpr int64_t kIndexRows = 64;
   // Entries [i0, i1) of rows [r0, r1), their values as floats in `values`.
   void Range(int64_t r0, int64_t r1, size_t& i0, size_t& i1, std::vector<float>& values) const;
+  // First entry with row >= r (the row index, then a search inside one index interval: a
+  // binary search over all entries missed the CPU cache at every step on long caches).
+  size_t FirstEntryAtOrAfter(int64_t r) const;
+
 
   int d_;
   std::vector<int32_t> rows_;       // [n_entries] ascending
   std::vector<uint16_t> channels_;  // [n_entries]
   std::vector<uint16_t> values_;    // [n_entries] fp16
+  std::vector<int64_t> row_index_;  // [ceil(n_rows / kIndexRows)] entry k: the first entry
+                                    // with row >= k * kIndexRows (n_entries if none)
 };
 
 }  // namespace kvpack
