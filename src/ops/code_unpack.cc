@@ -60,6 +60,14 @@ void UnpackCodesU8Impl(const uint8_t* src, int64_t first, size_t n, int bits, ui
   if (i < n) UnpackCodesU8Ref(src, first + static_cast<int64_t>(i), n - i, bits, dst + i);
 }
 
+void UnpackCodeRowsImpl(const uint8_t* src, const int64_t* rows, size_t n_rows,
+                        size_t row_bytes, int64_t first, size_t n, int bits, uint8_t* dst) {
+  for (size_t r = 0; r < n_rows; ++r) {
+    const size_t row = rows ? static_cast<size_t>(rows[r]) : r;
+    UnpackCodesU8Impl(src + row * row_bytes, first, n, bits, dst + r * n);
+  }
+}
+
 void DequantizeCodesImpl(const uint8_t* codes, size_t n, float scale, float min, float* out) {
   const hn::ScalableTag<float> d;
   const hn::Rebind<int32_t, decltype(d)> di;
@@ -174,6 +182,7 @@ HWY_AFTER_NAMESPACE();
 #include <vector>
 namespace kvpack {
 HWY_EXPORT(UnpackCodesU8Impl);
+HWY_EXPORT(UnpackCodeRowsImpl);
 HWY_EXPORT(DequantizeCodesImpl);
 HWY_EXPORT(DequantizeCodesPerChannelImpl);
 HWY_EXPORT(DequantizeRowsPerChannelImpl);
@@ -201,6 +210,17 @@ void DequantizeQ4_0Blocks(const uint8_t* blocks, size_t n_blocks, float* out) {
 
 void UnpackCodesU8(const uint8_t* src, int64_t first, size_t n, int bits, uint8_t* dst) {
   HWY_DYNAMIC_DISPATCH(UnpackCodesU8Impl)(src, first, n, bits, dst);
+}
+void UnpackCodeRows(const uint8_t* src, const int64_t* rows, size_t n_rows, size_t row_bytes,
+                    int64_t first, size_t n, int bits, uint8_t* dst) {
+  HWY_DYNAMIC_DISPATCH(UnpackCodeRowsImpl)(src, rows, n_rows, row_bytes, first, n, bits, dst);
+}
+void UnpackCodeRowsRef(const uint8_t* src, const int64_t* rows, size_t n_rows, size_t row_bytes,
+                       int64_t first, size_t n, int bits, uint8_t* dst) {
+  for (size_t r = 0; r < n_rows; ++r) {
+    const size_t row = rows ? static_cast<size_t>(rows[r]) : r;
+    UnpackCodesU8Ref(src + row * row_bytes, first, n, bits, dst + r * n);
+  }
 }
 void DequantizeCodes(const uint8_t* codes, size_t n, float scale, float min, float* out) {
   HWY_DYNAMIC_DISPATCH(DequantizeCodesImpl)(codes, n, scale, min, out);

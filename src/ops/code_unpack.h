@@ -19,6 +19,14 @@ namespace kvpack {
 void UnpackCodesU8(const uint8_t* src, int64_t first, size_t n, int bits, uint8_t* dst);
 void UnpackCodesU8Ref(const uint8_t* src, int64_t first, size_t n, int bits, uint8_t* dst);
 
+// A window of rows in one call: dst[r * n + i] = code first + i of row r, the row at
+// src + rows[r] * row_bytes (rows == null: row r). One dispatch per tile instead of one per
+// row (a window that is not the whole row, e.g. one head of a row spanning all heads).
+void UnpackCodeRows(const uint8_t* src, const int64_t* rows, size_t n_rows, size_t row_bytes,
+                    int64_t first, size_t n, int bits, uint8_t* dst);
+void UnpackCodeRowsRef(const uint8_t* src, const int64_t* rows, size_t n_rows, size_t row_bytes,
+                       int64_t first, size_t n, int bits, uint8_t* dst);
+
 // out[i] = codes[i] * scale + min
 void DequantizeCodes(const uint8_t* codes, size_t n, float scale, float min, float* out);
 void DequantizeCodesRef(const uint8_t* codes, size_t n, float scale, float min, float* out);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -164,6 +165,40 @@ TEST(CodeUnpack, GgmlBlocksMatchTheScalarDequantizer) {
           uint16_t d;
           std::memcpy(&d, &blocks[(i / 32) * bytes], 2);
           ASSERT_NEAR(fast[i], ref[i], std::ldexp(8.0f * std::fabs(Fp16ToFp32(d)), -22)) << i;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvpack
+
+namespace kvpack {
+namespace {
+
+// Windows of selected or consecutive rows equal the per-row definition.
+TEST(CodeUnpack, RowWindowsMatchTheTwin) {
+  std::mt19937 rng(9);
+  for (int bits : {2, 3, 4, 8}) {
+    const size_t row_len = 192, row_bytes = (row_len * bits + 7) / 8 + 1, n_rows = 20;
+    std::vector<uint8_t> src(n_rows * row_bytes);
+    for (auto& b : src) b = static_cast<uint8_t>(rng());
+    const std::vector<int64_t> sel = {3, 4, 9, 19, 0};
+    for (int64_t first : {0, 64, 5}) {
+      for (size_t n : {64, 128, 7}) {
+        for (const int64_t* rows : {static_cast<const int64_t*>(nullptr), sel.data()}) {
+          const size_t m = rows ? sel.size() : n_rows;
+          std::vector<uint8_t> fast(m * n + 1, 0xEE), ref(m * n, 0);
+          UnpackCodeRows(src.data(), rows, m, row_bytes, first, n, bits, fast.data());
+          UnpackCodeRowsRef(src.data(), rows, m, row_bytes, first, n, bits, ref.data());
+          ASSERT_TRUE(std::equal(ref.begin(), ref.end(), fast.begin())) << bits << " " << first << " " << n;
+          ASSERT_EQ(fast[m * n], 0xEE);
+          // The twin is the per-row definition.
+          std::vector<uint8_t> row(n);
+          const size_t r = rows ? rows[m - 1] : m - 1;
+          UnpackCodesU8Ref(src.data() + r * row_bytes, first, n, bits, row.data());
+          ASSERT_TRUE(std::equal(row.begin(), row.end(), ref.begin() + (m - 1) * n));
         }
       }
     }

@@ -244,9 +244,11 @@ void TokenGroupRows::UnpackSelected(int64_t r0, const int64_t* rows, int64_t k0,
     UnpackCodesU8(&codes_[(r0 + k0) * row_bytes_], 0, (k1 - k0) * n, bits_, out);
     return;
   }
-  for (int64_t k = k0; k < k1; ++k) {
-    const int64_t r = rows ? rows[k] : r0 + k;
-    UnpackCodesU8(&codes_[r * row_bytes_], c0, n, bits_, out + (k - k0) * n);
+  if (rows != nullptr) {
+    UnpackCodeRows(codes_.data(), rows + k0, k1 - k0, row_bytes_, c0, n, bits_, out);
+  } else {
+    UnpackCodeRows(&codes_[(r0 + k0) * row_bytes_], nullptr, k1 - k0, row_bytes_, c0, n, bits_,
+                   out);
   }
 }
 
@@ -468,7 +470,7 @@ void ChannelBlocks::UnpackTile(int64_t a, int64_t e, uint8_t* out) const {
     UnpackCodesU8(&codes_[a * row_bytes_], 0, (e - a) * d_, bits_, out);  // one stream
     return;
   }
-  for (int64_t r = a; r < e; ++r) UnpackCodesU8(&codes_[r * row_bytes_], 0, d_, bits_, out + (r - a) * d_);
+  UnpackCodeRows(&codes_[a * row_bytes_], nullptr, e - a, row_bytes_, 0, d_, bits_, out);
 }
 
 // Per block: q . (code * scale + min) = (q * scale) . code + q . min. With 2- or 4-bit codes
