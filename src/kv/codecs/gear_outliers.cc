@@ -9,14 +9,35 @@
 namespace kvpack {
 namespace {
 
-// Marks the k smallest and k largest of the m entries x[pos[j]] (j < m), ties by position.
+// Marks the k smallest and k largest of the m entries x[pos[j]] (j < m), ties by position
+// (a total order, so the marked set is unique). The entries are first copied next to their
+// positions (a key column is strided across the block; selecting through the indices missed
+// the cache at every comparison); k = 1, the common case (2% of a 64-token block), is one
+// pass.
 void MarkExtremes(const float* x, std::vector<int64_t>& pos, int64_t k, uint8_t* mask) {
   if (k == 0) return;
-  auto less = [x](int64_t a, int64_t b) { return x[a] < x[b] || (x[a] == x[b] && a < b); };
-  nth_element(pos.begin(), pos.begin() + k, pos.end(), less);  // [0, k): the k smallest
-  nth_element(pos.begin() + k, pos.end() - k, pos.end(), less);  // [m - k, m): the k largest
-  for (int64_t j = 0; j < k; ++j) mask[pos[j]] = 1;
-  for (auto it = pos.end() - k; it != pos.end(); ++it) mask[*it] = 1;
+  struct Entry {
+    float v;
+    int64_t p;
+    bool operator<(const Entry& o) const { return v < o.v || (v == o.v && p < o.p); }
+  };
+  thread_local std::vector<Entry> e;
+  e.resize(pos.size());
+  for (size_t j = 0; j < pos.size(); ++j) e[j] = {x[pos[j]], pos[j]};
+  if (k == 1) {
+    size_t lo = 0, hi = 0;
+    for (size_t j = 1; j < e.size(); ++j) {
+      if (e[j] < e[lo]) lo = j;
+      if (e[hi] < e[j]) hi = j;
+    }
+    mask[e[lo].p] = 1;
+    mask[e[hi].p] = 1;  // distinct from lo: m >= 2k + 1 entries
+    return;
+  }
+  std::nth_element(e.begin(), e.begin() + k, e.end());       // [0, k): the k smallest
+  std::nth_element(e.begin() + k, e.end() - k, e.end());     // [m - k, m): the k largest
+  for (int64_t j = 0; j < k; ++j) mask[e[j].p] = 1;
+  for (auto it = e.end() - k; it != e.end(); ++it) mask[it->p] = 1;
 }
 
 // Clamps the masked entries among x[pos[j]], j < m (one backbone group), into the range of
