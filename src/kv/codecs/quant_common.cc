@@ -170,26 +170,6 @@ void TokenGroupRows::AppendRow(const float* row) {
   ++n_rows_;
 }
 
-// Rows are read tile by tile (kTileRows rows of codes unpacked into thread-local buffers that
-// stay in L1/L2) and handed to the kernels of ops/code_dot.h or ops/vec.h: attention reads
-// the compressed bytes once and never holds more than one tile per thread.
-constexpr int64_t kTileRowsMax = 64;
-struct CodeTileScratch {
-  int64_t width = 0;                // row width the buffers below are sized for
-  std::vector<float> values;        // [kTileRows, width] decoded tile
-  std::vector<uint8_t> tile_codes;  // [kTileRows, width] unpacked codes
-  std::vector<float> scale, min;    // [width] per-channel parameters of a block
-  std::vector<float> qs, qm, acc, psum;  // per-query work arrays of the algebraic forms
-  std::vector<float> row_scale;     // [kTileRows, n_groups]
-  std::vector<float> params;        // [kTileRows, n_groups, 2] fp16 params as floats
-  std::vector<float> msum;          // [n_q, n_groups]
-  std::vector<int8_t> q8;           // [n_q, width] int8 query of the integer key path
-  std::vector<float> alpha;         // [n_q] its scales
-  std::vector<int32_t> dots;        // [n_q, n_groups, kTileRows] integer code dots
-  std::vector<float> weights;       // [n_q, n_groups, kTileRows] probability x row scale
-  std::vector<float> gscale, gmin;  // [n_groups, kTileRows] a tile's parameters by group
-  std::vector<float> ones = std::vector<float>(kTileRowsMax, 1.0f);
-};
 namespace {
 constexpr int64_t kTileRows = kTileRowsMax;
 static_assert(kTileRows % kCombinePad == 0, "CombineCodeDots reads whole vectors of a tile");
@@ -200,7 +180,10 @@ static_assert(kTileRows % kCombinePad == 0, "CombineCodeDots reads whole vectors
 // add an error as large as the codes' own.
 bool UseIntegerKeys(int bits) { return bits <= 4; }
 
-CodeTileScratch& Scratch(int64_t width) {
+CodeTileScratch& Scratch(int64_t width) { return TileScratch(width); }
+}  // namespace
+
+CodeTileScratch& TileScratch(int64_t width) {
   thread_local CodeTileScratch s;
   if (s.width < width) {
     s.width = width;
@@ -211,7 +194,59 @@ CodeTileScratch& Scratch(int64_t width) {
   }
   return s;
 }
-}  // namespace
+
+void PrepareGroupedQueryI8(const float* q, int n_q, int n, int group, CodeTileScratch& t) {
+  const int ng = (n + group - 1) / group;
+  t.q8.resize(static_cast<size_t>(n_q) * n);
+  t.alpha.resize(n_q);
+  t.qm.assign(static_cast<size_t>(n_q) * ng, 0.0f);  // [n_q, ng] sum of q over each group
+  for (int i = 0; i < n_q; ++i) {
+    t.alpha[i] = QuantizeI8(q + i * n, n, &t.q8[i * n]);
+    for (int g = 0; g < ng; ++g) {
+      float sum = 0.0f;
+      for (int c = g * group; c < std::min(n, (g + 1) * group); ++c) sum += q[i * n + c];
+      t.qm[i * ng + g] = sum;
+    }
+  }
+  t.dots.resize(static_cast<size_t>(n_q) * ng * kTileRows);
+}
+
+void ScoreGroupedTileI8(const uint8_t* codes, int64_t m, int n, int group, int n_q,
+                        CodeTileScratch& t, float* scores, int64_t ld) {
+  const int ng = (n + group - 1) / group;
+  DotCodeRowsI8(codes, m, n, n, group, t.q8.data(), n_q, t.dots.data(), kTileRows);
+  CombineCodeDots(t.dots.data(), t.gscale.data(), t.gmin.data(), kTileRows, m, n_q, ng,
+                  t.alpha.data(), t.qm.data(), scores, ld);
+}
+
+void AccumulateGroupedTile(const uint8_t* codes, int64_t m, int n, int first, int group,
+                           const float* p, int n_q, int64_t ld, CodeTileScratch& t, float* out) {
+  const int ng = (first + n - 1) / group - first / group + 1;  // groups the window touches
+  t.weights.resize(static_cast<size_t>(n_q) * ng * kTileRows);
+  for (int g = 0; g < ng; ++g) {
+    const float* sc = &t.gscale[g * kTileRows];
+    for (int i = 0; i < n_q; ++i) {
+      const float* pi = p + i * ld;
+      t.msum[i * ng + g] += DotF32(pi, &t.gmin[g * kTileRows], m);
+      float* w = &t.weights[(i * ng + g) * kTileRows];
+      for (int64_t k = 0; k < m; ++k) w[k] = pi[k] * sc[k];
+    }
+  }
+  AxpyCodeRowsWeighted(t.weights.data(), n_q, kTileRows, codes, m, n, n, first, group, out);
+}
+
+void AddGroupedMinSums(int n_q, int n, int first, int group, const CodeTileScratch& t,
+                       float* out) {
+  const int g0 = first / group, ng = (first + n - 1) / group - g0 + 1;
+  for (int i = 0; i < n_q; ++i) {
+    for (int g = 0; g < ng; ++g) {  // channels of window group g: [a, e)
+      const int a = std::max(0, (g0 + g) * group - first);
+      const int e = std::min(n, (g0 + g + 1) * group - first);
+      const float ms = t.msum[i * ng + g];
+      for (int c = a; c < e; ++c) out[i * n + c] += ms;
+    }
+  }
+}
 
 void TokenGroupRows::DecodeRow(int64_t r, int c0, int n, float* out) const {
   DequantizeRowsPerToken(&codes_[r * row_bytes_], 1, row_bytes_, bits_, c0, n, group_,
@@ -307,26 +342,12 @@ void TokenGroupRows::ScoresInteger(int64_t r0, const int64_t* rows, int64_t n_se
                                    int64_t col0, CodeTileScratch& t) const {
   const int g0 = c0 / group_;
   const int ng = (n + group_ - 1) / group_;  // groups of the window
-  t.q8.resize(static_cast<size_t>(n_q) * n);
-  t.alpha.resize(n_q);
-  t.qm.assign(static_cast<size_t>(n_q) * ng, 0.0f);  // [n_q, ng] sum of q over each group
-  for (int i = 0; i < n_q; ++i) {
-    t.alpha[i] = QuantizeI8(q + i * n, n, &t.q8[i * n]);
-    for (int g = 0; g < ng; ++g) {
-      float sum = 0.0f;
-      for (int c = g * group_; c < std::min(n, (g + 1) * group_); ++c) sum += q[i * n + c];
-      t.qm[i * ng + g] = sum;
-    }
-  }
-  t.dots.resize(static_cast<size_t>(n_q) * ng * kTileRows);
+  PrepareGroupedQueryI8(q, n_q, n, group_, t);
   for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
     const int64_t k1 = std::min(n_sel, k0 + kTileRows), m = k1 - k0;
     UnpackSelected(r0, rows, k0, k1, c0, n, t.tile_codes.data());
-    DotCodeRowsI8(t.tile_codes.data(), m, n, n, group_, t.q8.data(), n_q, t.dots.data(),
-                  kTileRows);
     TileParams(r0, rows, k0, k1, g0, ng, t);
-    CombineCodeDots(t.dots.data(), t.gscale.data(), t.gmin.data(), kTileRows, m, n_q, ng,
-                    t.alpha.data(), t.qm.data(), scores + col0 + k0, ld);
+    ScoreGroupedTileI8(t.tile_codes.data(), m, n, group_, n_q, t, scores + col0 + k0, ld);
   }
 }
 
@@ -363,31 +384,14 @@ void TokenGroupRows::Accumulate(int64_t r0, const int64_t* rows, int64_t n_sel, 
   if (n_sel <= 0) return;
   CodeTileScratch& t = Scratch(n);
   const int g0 = c0 / group_, ng = (c0 + n - 1) / group_ - g0 + 1;  // groups the window touches
-  t.weights.resize(static_cast<size_t>(n_q) * ng * kTileRows);
   t.msum.assign(static_cast<size_t>(n_q) * ng, 0.0f);
   for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
     const int64_t k1 = std::min(n_sel, k0 + kTileRows), m = k1 - k0;
     UnpackSelected(r0, rows, k0, k1, c0, n, t.tile_codes.data());
     TileParams(r0, rows, k0, k1, g0, ng, t);
-    for (int g = 0; g < ng; ++g) {
-      const float* sc = &t.gscale[g * kTileRows];
-      for (int i = 0; i < n_q; ++i) {
-        const float* pi = p + i * ld + col0 + k0;
-        t.msum[i * ng + g] += DotF32(pi, &t.gmin[g * kTileRows], m);
-        float* w = &t.weights[(i * ng + g) * kTileRows];
-        for (int64_t k = 0; k < m; ++k) w[k] = pi[k] * sc[k];
-      }
-    }
-    AxpyCodeRowsWeighted(t.weights.data(), n_q, kTileRows, t.tile_codes.data(), m, n, n, c0,
-                         group_, out);
+    AccumulateGroupedTile(t.tile_codes.data(), m, n, c0, group_, p + col0 + k0, n_q, ld, t, out);
   }
-  for (int i = 0; i < n_q; ++i) {
-    for (int g = 0; g < ng; ++g) {  // channels of window group g: [a, e)
-      const int a = std::max(0, (g0 + g) * group_ - c0), e = std::min(n, (g0 + g + 1) * group_ - c0);
-      const float ms = t.msum[i * ng + g];
-      for (int c = a; c < e; ++c) out[i * n + c] += ms;
-    }
-  }
+  AddGroupedMinSums(n_q, n, c0, group_, t, out);
 }
 
 void TokenGroupRows::Keep(std::span<const int64_t> keep) {

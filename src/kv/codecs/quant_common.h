@@ -68,8 +68,51 @@ inline int64_t PackedBytes(int64_t n, int bits) { return (n * bits + 7) / 8; }
 void PackCodes(const uint8_t* codes, int64_t n, int bits, uint8_t* dst);
 // Reading codes back: ops/code_unpack.h (UnpackCodesU8).
 
-// Thread-local float tile and code buffers of the read path (quant_common.cc).
-struct CodeTileScratch;
+// Rows are read tile by tile (kTileRows rows of codes unpacked into thread-local buffers that
+// stay in L1/L2) and handed to the kernels of ops/code_dot.h or ops/vec.h: attention reads
+// the compressed bytes once and never holds more than one tile per thread.
+constexpr int64_t kTileRowsMax = 64;  // rows per tile
+struct CodeTileScratch {
+  int64_t width = 0;                // row width the buffers below are sized for
+  std::vector<float> values;        // [kTileRows, width] decoded tile
+  std::vector<uint8_t> tile_codes;  // [kTileRows, width] unpacked codes
+  std::vector<float> scale, min;    // [width] per-channel parameters of a block
+  std::vector<float> qs, qm, acc, psum;  // per-query work arrays of the algebraic forms
+  std::vector<float> row_scale;     // [kTileRows, n_groups]
+  std::vector<float> params;        // [kTileRows, n_groups, 2] fp16 params as floats
+  std::vector<float> msum;          // [n_q, n_groups]
+  std::vector<int8_t> q8;           // [n_q, width] int8 query of the integer key path
+  std::vector<float> alpha;         // [n_q] its scales
+  std::vector<int32_t> dots;        // [n_q, n_groups, kTileRows] integer code dots
+  std::vector<float> weights;       // [n_q, n_groups, kTileRows] probability x row scale
+  std::vector<float> gscale, gmin;  // [n_groups, kTileRows] a tile's parameters by group
+  std::vector<float> ones = std::vector<float>(kTileRowsMax, 1.0f);
+};
+// The calling thread's scratch, sized for rows of at least `width` values.
+CodeTileScratch& TileScratch(int64_t width);
+
+// ---------------------------------------------------------------------------------------
+// The algebra of a tile of rows with per-(row, group) parameters, shared by TokenGroupRows
+// and the ggml blocks (a 32-channel block is a group with scale d and min -8d for q4_0):
+//   q . row = sum_g s_g * alpha * (q8 . code)_g + m_g * sum_{c in g} q_c     (keys),
+//   sum_k p_k row_k = sum_k (p_k s_{k,g}) code_k + sum_k p_k m_{k,g}          (values).
+// The caller unpacks a tile's codes (one byte each, [m, n]) and puts its parameters in
+// t.gscale / t.gmin ([groups of the window, kTileRowsMax], by group).
+
+// The int8 query of n_q rows q [n_q, n] (window aligned to the groups): t.q8, t.alpha and
+// t.qm [n_q, groups] (sum of q over each group).
+void PrepareGroupedQueryI8(const float* q, int n_q, int n, int group, CodeTileScratch& t);
+// scores[i * ld + k] = q_i . row k for the m <= kTileRowsMax rows of a tile; codes <= 127.
+void ScoreGroupedTileI8(const uint8_t* codes, int64_t m, int n, int group, int n_q,
+                        CodeTileScratch& t, float* scores, int64_t ld);
+// out[i, :] += the code part of sum_k p[i * ld + k] row_k over the tile; the min part goes
+// to t.msum [n_q, groups of the window] (zeroed by the caller before its first tile). The
+// window is channels [first, first + n).
+void AccumulateGroupedTile(const uint8_t* codes, int64_t m, int n, int first, int group,
+                           const float* p, int n_q, int64_t ld, CodeTileScratch& t, float* out);
+// After the last tile: out[i, c] += t.msum[i, group of c].
+void AddGroupedMinSums(int n_q, int n, int first, int group, const CodeTileScratch& t,
+                       float* out);
 
 // ---------------------------------------------------------------------------------------
 // Per-token groups along channels. Row r holds row_len values in groups of `group`
