@@ -68,6 +68,26 @@ void UnpackCodeRowsImpl(const uint8_t* src, const int64_t* rows, size_t n_rows,
   }
 }
 
+void UnpackQ4_0BlocksImpl(const uint8_t* blocks, size_t n_blocks, uint8_t* codes,
+                          float* scales) {
+  for (size_t b = 0; b < n_blocks; ++b, blocks += 18, codes += 32) {
+    uint16_t bits;
+    std::memcpy(&bits, blocks, 2);
+    scales[b] = Fp16ToFp32(bits);
+#if HWY_TARGET != HWY_SCALAR
+    const hn::Full128<uint8_t> d8;
+    const auto v = hn::LoadU(d8, blocks + 2);
+    hn::StoreU(hn::And(v, hn::Set(d8, 0x0F)), d8, codes);
+    hn::StoreU(hn::ShiftRight<4>(v), d8, codes + 16);
+#else
+    for (int j = 0; j < 16; ++j) {
+      codes[j] = blocks[2 + j] & 15;
+      codes[j + 16] = blocks[2 + j] >> 4;
+    }
+#endif
+  }
+}
+
 void DequantizeCodesImpl(const uint8_t* codes, size_t n, float scale, float min, float* out) {
   const hn::ScalableTag<float> d;
   const hn::Rebind<int32_t, decltype(d)> di;
@@ -183,6 +203,7 @@ HWY_AFTER_NAMESPACE();
 namespace kvpack {
 HWY_EXPORT(UnpackCodesU8Impl);
 HWY_EXPORT(UnpackCodeRowsImpl);
+HWY_EXPORT(UnpackQ4_0BlocksImpl);
 HWY_EXPORT(DequantizeCodesImpl);
 HWY_EXPORT(DequantizeCodesPerChannelImpl);
 HWY_EXPORT(DequantizeRowsPerChannelImpl);
@@ -220,6 +241,20 @@ void UnpackCodeRowsRef(const uint8_t* src, const int64_t* rows, size_t n_rows, s
   for (size_t r = 0; r < n_rows; ++r) {
     const size_t row = rows ? static_cast<size_t>(rows[r]) : r;
     UnpackCodesU8Ref(src + row * row_bytes, first, n, bits, dst + r * n);
+  }
+}
+void UnpackQ4_0Blocks(const uint8_t* blocks, size_t n_blocks, uint8_t* codes, float* scales) {
+  HWY_DYNAMIC_DISPATCH(UnpackQ4_0BlocksImpl)(blocks, n_blocks, codes, scales);
+}
+void UnpackQ4_0BlocksRef(const uint8_t* blocks, size_t n_blocks, uint8_t* codes,
+                         float* scales) {
+  for (size_t b = 0; b < n_blocks; ++b) {
+    const uint8_t* blk = blocks + b * 18;
+    scales[b] = Fp16ToFp32(static_cast<uint16_t>(blk[0] | blk[1] << 8));
+    for (int j = 0; j < 16; ++j) {
+      codes[b * 32 + j] = blk[2 + j] & 15;
+      codes[b * 32 + 16 + j] = blk[2 + j] >> 4;
+    }
   }
 }
 void DequantizeCodes(const uint8_t* codes, size_t n, float scale, float min, float* out) {

@@ -27,6 +27,13 @@ void UnpackCodeRows(const uint8_t* src, const int64_t* rows, size_t n_rows, size
 void UnpackCodeRowsRef(const uint8_t* src, const int64_t* rows, size_t n_rows, size_t row_bytes,
                        int64_t first, size_t n, int bits, uint8_t* dst);
 
+// q4_0 blocks (ggml: fp16 d, then 16 bytes, byte j = code j | code j + 16 << 4) as codes and
+// scales: codes[b * 32 + j] = code j of block b (0..15), scales[b] = d as float; the value
+// is (code - 8) * d.
+void UnpackQ4_0Blocks(const uint8_t* blocks, size_t n_blocks, uint8_t* codes, float* scales);
+void UnpackQ4_0BlocksRef(const uint8_t* blocks, size_t n_blocks, uint8_t* codes,
+                         float* scales);
+
 // out[i] = codes[i] * scale + min
 void DequantizeCodes(const uint8_t* codes, size_t n, float scale, float min, float* out);
 void DequantizeCodesRef(const uint8_t* codes, size_t n, float scale, float min, float* out);

@@ -54,9 +54,11 @@ std::string Str(const MethodSpec& s, const char* key, const char* fallback) {
   const std::string* v = s.Find(key);
   return v ? *v : fallback;
 }
-// Codecs whose 2- and 4-bit keys are scored with an int8 query (kv/codecs/quant_common.cc):
-// their fused scores carry the query-quantization term of kv_integer_key_bound.h.
+// Codecs whose 2- and 4-bit keys are scored with an int8 query (kv/codecs/quant_common.cc,
+// q4_0 in kv/codecs/ggml_block_codec.cc): their fused scores carry the query-quantization
+// term of kv_integer_key_bound.h.
 bool IntegerKeys(const std::string& codec, const MethodSpec& s) {
+  if (codec == "q4_0") return true;
   static const std::set<std::string> kQuantFamily = {"kivi", "flexgen", "kcvt", "hf", "gear", "gear-l"};
   if (!kQuantFamily.count(codec)) return false;
   // Every family default is at most 4 bits, so a spec without the key is integer too.
@@ -423,6 +425,11 @@ TEST_P(CodecConformance, FusedKernelsMatchDecode) {
   AppendChunked(*s, rows, n, 7);
   const auto q = Normal(n_q * d(), 4, 0.5f);
   const bool integer = IntegerKeys(GetParam().codec, spec());
+  // The bound's `range` caps code * scale: the spread of the data for the min-max
+  // quantizers; for q4_0 (scale |d| = max|x| / 8 of the block, codes <= 15) 15/8 max|x|.
+  double max_abs = 0.0;
+  for (float x : rows) max_abs = std::max(max_abs, std::fabs(static_cast<double>(x)));
+  const double key_range = GetParam().codec == "q4_0" ? 15.0 / 8.0 * max_abs : SpreadOf(rows);
   for (int h = 0; h < kHeads; ++h) {
     const auto dec = DecodeAll(*s, h);
     // Tiles like attention.cc's (128 tokens from an arbitrary segment start) and odd ones.
@@ -443,7 +450,7 @@ TEST_P(CodecConformance, FusedKernelsMatchDecode) {
           // q*scale and q.min; 4 * d * 2^-24 * (mag + 1) covers both with margin.
           // Plus, for 2/4-bit keys, the int8 query's term (derived in kv_integer_key_bound.h).
           const double tol = 4.0 * d() * 6e-8 * (mag + 1.0) +
-                             (integer ? IntegerKeyScoreBound(&q[i * d()], d(), SpreadOf(rows)) : 0.0);
+                             (integer ? IntegerKeyScoreBound(&q[i * d()], d(), key_range) : 0.0);
           ASSERT_NEAR(scores[i * m + (t - t0)], ref, tol) << "tile " << t0 << ".." << t1;
         }
       }

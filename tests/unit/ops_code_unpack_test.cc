@@ -207,3 +207,35 @@ TEST(CodeUnpack, RowWindowsMatchTheTwin) {
 
 }  // namespace
 }  // namespace kvpack
+
+namespace kvpack {
+namespace {
+
+// q4_0 blocks as (code, scale): equal to the twin, and (code - 8) * scale is the io layer's
+// dequantization of the same bytes (the ggml definition).
+TEST(CodeUnpack, Q4_0BlocksAsCodesAndScales) {
+  std::mt19937 rng(12);
+  for (size_t n_blocks : {1, 2, 7}) {
+    std::vector<uint8_t> blocks(n_blocks * 18);
+    for (auto& b : blocks) b = static_cast<uint8_t>(rng() & 255);
+    for (size_t b = 0; b < n_blocks; ++b) {
+      const uint16_t d = Fp32ToFp16(static_cast<float>(static_cast<int>(rng() % 200) - 100) / 64.0f);
+      std::memcpy(&blocks[b * 18], &d, 2);
+    }
+    std::vector<uint8_t> codes(n_blocks * 32), codes_ref(n_blocks * 32);
+    std::vector<float> scales(n_blocks), scales_ref(n_blocks), deq(n_blocks * 32);
+    UnpackQ4_0Blocks(blocks.data(), n_blocks, codes.data(), scales.data());
+    UnpackQ4_0BlocksRef(blocks.data(), n_blocks, codes_ref.data(), scales_ref.data());
+    ASSERT_EQ(codes, codes_ref);
+    ASSERT_EQ(scales, scales_ref);
+    ASSERT_TRUE(DequantizeRow(GgmlType::kQ4_0, blocks.data(), deq.data(), n_blocks * 32).ok());
+    for (size_t i = 0; i < deq.size(); ++i) {
+      ASSERT_LE(codes[i], 15);
+      // Exact: a 4-bit integer times an fp16 scale with 6 significant bits here.
+      ASSERT_EQ((static_cast<float>(codes[i]) - 8.0f) * scales[i / 32], deq[i]) << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvpack

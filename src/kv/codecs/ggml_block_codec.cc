@@ -51,11 +51,24 @@ class GgmlBlockStore final : public ComponentStore {
     return static_cast<int64_t>(heads_[head].size() / row_bytes_);
   }
 
-  // Tiles of up to kTileRows rows are dequantized into a thread-local buffer and handed to
-  // the f32 tile kernels (see quant_common.h for why this is the fused form).
+  // q4_0: a 32-channel block is a group with scale d and min -8d, read with the per-token
+  // group algebra of quant_common.h (int8 query and integer code dots for keys, one FMA per
+  // code for values). q8_0 (codes up to 255 after the +128 shift, beyond the integer key
+  // path, and a min term 16x larger than q4_0's): tiles are dequantized into a thread-local
+  // buffer and handed to the f32 tile kernels.
   void Scores(int head, const float* q, int n_q, int64_t t0, int64_t t1,
               float* scores) const override {
     const int d = shape_.head_dim;
+    if (format_ == GgmlBlockFormat::kQ4_0) {
+      CodeTileScratch& t = TileScratch(d);
+      PrepareGroupedQueryI8(q, n_q, d, 32, t);
+      for (int64_t a = t0; a < t1; a += kTileRowsMax) {
+        const int64_t e = std::min(t1, a + kTileRowsMax);
+        Q4_0Tile(head, a, e, t);
+        ScoreGroupedTileI8(t.tile_codes.data(), e - a, d, 32, n_q, t, scores + (a - t0), t1 - t0);
+      }
+      return;
+    }
     std::vector<float>& tile = TileBuffer(d);
     for (int64_t a = t0; a < t1; a += kTileRows) {
       const int64_t e = std::min(t1, a + kTileRows);
@@ -67,6 +80,18 @@ class GgmlBlockStore final : public ComponentStore {
   void Accumulate(int head, const float* p, int n_q, int64_t t0, int64_t t1,
                   float* out) const override {
     const int d = shape_.head_dim;
+    if (format_ == GgmlBlockFormat::kQ4_0) {
+      CodeTileScratch& t = TileScratch(d);
+      t.msum.assign(static_cast<size_t>(n_q) * n_blocks_, 0.0f);
+      for (int64_t a = t0; a < t1; a += kTileRowsMax) {
+        const int64_t e = std::min(t1, a + kTileRowsMax);
+        Q4_0Tile(head, a, e, t);
+        AccumulateGroupedTile(t.tile_codes.data(), e - a, d, 0, 32, p + (a - t0), n_q, t1 - t0,
+                              t, out);
+      }
+      AddGroupedMinSums(n_q, d, 0, 32, t, out);
+      return;
+    }
     std::vector<float>& tile = TileBuffer(d);
     for (int64_t a = t0; a < t1; a += kTileRows) {
       const int64_t e = std::min(t1, a + kTileRows);
@@ -113,6 +138,23 @@ class GgmlBlockStore final : public ComponentStore {
 
  private:
   static constexpr int64_t kTileRows = 64;
+  // Rows [a, e) of a q4_0 head as codes (t.tile_codes [e - a, d]) and per-block parameters
+  // by group (t.gscale = d, t.gmin = -8d, [n_blocks, kTileRowsMax]).
+  void Q4_0Tile(int head, int64_t a, int64_t e, CodeTileScratch& t) const {
+    const int64_t m = e - a;
+    t.params.resize(static_cast<size_t>(kTileRowsMax) * n_blocks_);
+    UnpackQ4_0Blocks(heads_[head].data() + a * row_bytes_, m * n_blocks_, t.tile_codes.data(),
+                     t.params.data());
+    t.gscale.resize(static_cast<size_t>(n_blocks_) * kTileRowsMax);
+    t.gmin.resize(t.gscale.size());
+    for (int g = 0; g < n_blocks_; ++g) {
+      for (int64_t k = 0; k < m; ++k) {
+        const float s = t.params[k * n_blocks_ + g];
+        t.gscale[g * kTileRowsMax + k] = s;
+        t.gmin[g * kTileRowsMax + k] = -8.0f * s;
+      }
+    }
+  }
   static std::vector<float>& TileBuffer(int d) {
     thread_local std::vector<float> tile;
     if (tile.size() < static_cast<size_t>(kTileRows * d)) tile.resize(kTileRows * d);
