@@ -19,57 +19,104 @@ HWY_INLINE hn::Vec<DF> LoadF16(DF d, const uint16_t* p) {
   return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
 }
 
-// sum_j x[j] * h[j], j < n (h fp16).
-HWY_INLINE float DotF16(DF d, const uint16_t* h, const float* x, size_t n) {
+// Up to kGroup query rows are handled together so that every fp16 vector of A and B is
+// converted once per group of rows, not once per row.
+constexpr size_t kGroup = 4;
+
+// proj[ii * kLowRankMaxRank + k] = sum_j x[ii * ldx + j] * h[k * stride + j], j < n,
+// for ii < NQ rows of x and k < rank (h fp16).
+template <size_t NQ>
+HWY_INLINE void Project(DF d, const uint16_t* h, size_t stride, size_t rank, size_t n,
+                        const float* x, size_t ldx, float* proj) {
   const size_t N = hn::Lanes(d);
-  auto s0 = hn::Zero(d), s1 = hn::Zero(d);
-  size_t j = 0;
-  for (; j + 2 * N <= n; j += 2 * N) {
-    s0 = hn::MulAdd(LoadF16(d, h + j), hn::LoadU(d, x + j), s0);
-    s1 = hn::MulAdd(LoadF16(d, h + j + N), hn::LoadU(d, x + j + N), s1);
+  for (size_t k = 0; k < rank; ++k) {
+    const uint16_t* hk = h + k * stride;
+    hn::Vec<DF> acc[NQ];
+    for (size_t ii = 0; ii < NQ; ++ii) acc[ii] = hn::Zero(d);
+    size_t j = 0;
+    for (; j + N <= n; j += N) {
+      const auto hv = LoadF16(d, hk + j);
+      for (size_t ii = 0; ii < NQ; ++ii) acc[ii] = hn::MulAdd(hv, hn::LoadU(d, x + ii * ldx + j), acc[ii]);
+    }
+    for (size_t ii = 0; ii < NQ; ++ii) {
+      float sum = hn::GetLane(hn::SumOfLanes(d, acc[ii]));
+      for (size_t jj = j; jj < n; ++jj) sum += Fp16ToFp32(hk[jj]) * x[ii * ldx + jj];
+      proj[ii * kLowRankMaxRank + k] = sum;
+    }
   }
-  for (; j + N <= n; j += N) s0 = hn::MulAdd(LoadF16(d, h + j), hn::LoadU(d, x + j), s0);
-  float sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(s0, s1)));
-  for (; j < n; ++j) sum += Fp16ToFp32(h[j]) * x[j];
-  return sum;
 }
 
-// y[j] += sum_k w[k] * h[k * stride + j], j < n (h fp16).
-HWY_INLINE void AddCombination(DF d, const float* w, size_t rank, const uint16_t* h,
-                               size_t stride, size_t n, float* y) {
+// y[ii * ldy + j] += sum_k w[ii * kLowRankMaxRank + k] * h[k * stride + j], j < n, ii < NQ.
+template <size_t NQ>
+HWY_INLINE void AddCombinations(DF d, const float* w, size_t rank, const uint16_t* h,
+                                size_t stride, size_t n, float* y, size_t ldy) {
   const size_t N = hn::Lanes(d);
   size_t j = 0;
   for (; j + N <= n; j += N) {
-    auto acc = hn::LoadU(d, y + j);
-    for (size_t k = 0; k < rank; ++k) acc = hn::MulAdd(hn::Set(d, w[k]), LoadF16(d, h + k * stride + j), acc);
-    hn::StoreU(acc, d, y + j);
+    hn::Vec<DF> acc[NQ];
+    for (size_t ii = 0; ii < NQ; ++ii) acc[ii] = hn::LoadU(d, y + ii * ldy + j);
+    for (size_t k = 0; k < rank; ++k) {
+      const auto hv = LoadF16(d, h + k * stride + j);
+      for (size_t ii = 0; ii < NQ; ++ii) {
+        acc[ii] = hn::MulAdd(hn::Set(d, w[ii * kLowRankMaxRank + k]), hv, acc[ii]);
+      }
+    }
+    for (size_t ii = 0; ii < NQ; ++ii) hn::StoreU(acc[ii], d, y + ii * ldy + j);
   }
   for (; j < n; ++j) {
-    float acc = y[j];
-    for (size_t k = 0; k < rank; ++k) acc += w[k] * Fp16ToFp32(h[k * stride + j]);
-    y[j] = acc;
+    for (size_t ii = 0; ii < NQ; ++ii) {
+      float acc = y[ii * ldy + j];
+      for (size_t k = 0; k < rank; ++k) acc += w[ii * kLowRankMaxRank + k] * Fp16ToFp32(h[k * stride + j]);
+      y[ii * ldy + j] = acc;
+    }
   }
+}
+
+template <size_t NQ>
+void ScoresGroup(const uint16_t* a_t, size_t a_stride, const uint16_t* b_t, size_t rank,
+                 size_t d, size_t n, const float* q, float* scores, size_t ld) {
+  const DF df;
+  float qb[kGroup * kLowRankMaxRank];  // the rows' projections on B: [NQ, rank]
+  Project<NQ>(df, b_t, d, rank, d, q, d, qb);
+  AddCombinations<NQ>(df, qb, rank, a_t, a_stride, n, scores, ld);
+}
+
+template <size_t NQ>
+void AccumulateGroup(const uint16_t* a_t, size_t a_stride, const uint16_t* b_t, size_t rank,
+                     size_t d, size_t n, const float* p, size_t ld, float* out) {
+  const DF df;
+  float pa[kGroup * kLowRankMaxRank];  // the rows' projections on A: [NQ, rank]
+  Project<NQ>(df, a_t, a_stride, rank, n, p, ld, pa);
+  AddCombinations<NQ>(df, pa, rank, b_t, d, d, out, d);
 }
 
 void LowRankAddScoresF16Impl(const uint16_t* a_t, size_t a_stride, const uint16_t* b_t,
                              size_t rank, size_t d, size_t n, const float* q, size_t n_q,
                              float* scores, size_t ld) {
-  const DF df;
-  float qb[kLowRankMaxRank];  // one query row projected on B: [rank]
-  for (size_t i = 0; i < n_q; ++i) {
-    for (size_t k = 0; k < rank; ++k) qb[k] = DotF16(df, b_t + k * d, q + i * d, d);
-    AddCombination(df, qb, rank, a_t, a_stride, n, scores + i * ld);
+  size_t i = 0;
+  for (; i + kGroup <= n_q; i += kGroup) {
+    ScoresGroup<kGroup>(a_t, a_stride, b_t, rank, d, n, q + i * d, scores + i * ld, ld);
+  }
+  switch (n_q - i) {
+    case 3: ScoresGroup<3>(a_t, a_stride, b_t, rank, d, n, q + i * d, scores + i * ld, ld); break;
+    case 2: ScoresGroup<2>(a_t, a_stride, b_t, rank, d, n, q + i * d, scores + i * ld, ld); break;
+    case 1: ScoresGroup<1>(a_t, a_stride, b_t, rank, d, n, q + i * d, scores + i * ld, ld); break;
+    default: break;
   }
 }
 
 void LowRankAddAccumulateF16Impl(const uint16_t* a_t, size_t a_stride, const uint16_t* b_t,
                                  size_t rank, size_t d, size_t n, const float* p, size_t n_q,
                                  size_t ld, float* out) {
-  const DF df;
-  float pa[kLowRankMaxRank];  // one probability row projected on A: [rank]
-  for (size_t i = 0; i < n_q; ++i) {
-    for (size_t k = 0; k < rank; ++k) pa[k] = DotF16(df, a_t + k * a_stride, p + i * ld, n);
-    AddCombination(df, pa, rank, b_t, d, d, out + i * d);
+  size_t i = 0;
+  for (; i + kGroup <= n_q; i += kGroup) {
+    AccumulateGroup<kGroup>(a_t, a_stride, b_t, rank, d, n, p + i * ld, ld, out + i * d);
+  }
+  switch (n_q - i) {
+    case 3: AccumulateGroup<3>(a_t, a_stride, b_t, rank, d, n, p + i * ld, ld, out + i * d); break;
+    case 2: AccumulateGroup<2>(a_t, a_stride, b_t, rank, d, n, p + i * ld, ld, out + i * d); break;
+    case 1: AccumulateGroup<1>(a_t, a_stride, b_t, rank, d, n, p + i * ld, ld, out + i * d); break;
+    default: break;
   }
 }
 
