@@ -232,7 +232,7 @@ const std::map<std::string, Format>& Formats() {
     // gear / gear-l (src/kv/codecs/gear_codec.h): the first Append is one block, then
     // blocks of n_b; bytes per block = backbone + per head A [n, r], B [d, r] fp16 (r =
     // min(rank, n, d)) and a 12-byte block-table entry + 8 bytes per outlier, plus the
-    // outliers' row index (8 bytes per 64 compressed rows, gear only); the buffer is fp16. Error: |R| <= Q_b's bound on the backbone (outliers are kept out of every
+    // outliers' row index (4 bytes per 64 compressed rows, gear only); the buffer is fp16. Error: |R| <= Q_b's bound on the backbone (outliers are kept out of every
     // group's min/max), L = A A^T R has |L_tc| <= ||R_{:,c}||_2 <= sqrt(n) max|R| (plus 2
     // fp16 roundings of the factors), the input is rounded to fp16 first; at outliers the
     // error is the fp16 rounding of X - D^ - L. n <= max(n_b, 16): the tests' first Append
@@ -271,7 +271,7 @@ const std::map<std::string, Format>& Formats() {
             for (int64_t k = 0; k < (n - prompt) / nb; ++k) blocks.push_back({nb, rg});
             const int64_t buf = (n - prompt) % nb;
             int64_t bytes = buf * kHeads * d * 2;
-            if (sp > 0) bytes += kHeads * 8 * Ceil(n - buf, 64);  // outliers' row index
+            if (sp > 0) bytes += kHeads * 4 * Ceil(n - buf, 64);  // outliers' row index
             for (auto [m, rank] : blocks) {
               if (c == KvComponent::kKey) {
                 const int64_t groups = bb == "kivi" ? Ceil(m, g) : 1;

@@ -145,6 +145,7 @@ void LowRankBlocks::AddMemory(MemoryUsage& m) const {
 void SparseOutliers::Append(int64_t row, int channel, uint16_t value_fp16) {
   KVPACK_CHECK(rows_.empty() || row >= rows_.back());
   KVPACK_CHECK(row >= 0 && row <= std::numeric_limits<int32_t>::max());
+  KVPACK_CHECK(rows_.size() < std::numeric_limits<uint32_t>::max());  // the row index's range
   // Index entries already made stay right: an entry with no row at or after its start
   // holds n_entries, which is where this entry goes.
   rows_.push_back(static_cast<int32_t>(row));
@@ -156,7 +157,8 @@ void SparseOutliers::ExtendRows(int64_t n_rows) {
   KVPACK_CHECK(rows_.empty() || rows_.back() < n_rows);
   while (static_cast<int64_t>(row_index_.size()) * kIndexRows < n_rows) {
     const int64_t start = static_cast<int64_t>(row_index_.size()) * kIndexRows;
-    row_index_.push_back(std::lower_bound(rows_.begin(), rows_.end(), start) - rows_.begin());
+    row_index_.push_back(
+        static_cast<uint32_t>(std::lower_bound(rows_.begin(), rows_.end(), start) - rows_.begin()));
   }
 }
 
@@ -276,7 +278,7 @@ void SparseOutliers::Keep(std::span<const int64_t> keep) {
 void SparseOutliers::AddMemory(MemoryUsage& m) const {
   static_assert(kEntryBytes == sizeof(int32_t) + 2 * sizeof(uint16_t));
   m.sparse_bytes += rows_.size() * kEntryBytes;
-  m.other_bytes += row_index_.size() * sizeof(int64_t);
+  m.other_bytes += row_index_.size() * sizeof(uint32_t);
   m.reserved_bytes += (rows_.capacity() - rows_.size()) * sizeof(int32_t) +
                       (channels_.capacity() - channels_.size()) * sizeof(uint16_t) +
                       (values_.capacity() - values_.size()) * sizeof(uint16_t);

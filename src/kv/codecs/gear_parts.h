@@ -72,7 +72,7 @@ class LowRankBlocks {
 class SparseOutliers {
  public:
   // Bytes per entry, counted in MemoryUsage::sparse_bytes: row (int32), channel (uint16),
-  // fp16 value. The row index (8 bytes per kIndexRows compressed rows, rounded up) is
+  // fp16 value. The row index (4 bytes per kIndexRows compressed rows, rounded up) is
   // counted in other_bytes.
   static constexpr size_t kEntryBytes = 8;
 
@@ -108,7 +108,7 @@ class SparseOutliers {
   std::vector<int32_t> rows_;       // [n_entries] ascending
   std::vector<uint16_t> channels_;  // [n_entries]
   std::vector<uint16_t> values_;    // [n_entries] fp16
-  std::vector<int64_t> row_index_;  // [ceil(n_rows / kIndexRows)] entry k: the first entry
+  std::vector<uint32_t> row_index_;  // [ceil(n_rows / kIndexRows)] entry k: the first entry
                                     // with row >= k * kIndexRows (n_entries if none)
 };
 
