@@ -4,6 +4,8 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+#include <algorithm>
+
 #include "core/half.h"
 #include "ops/lowrank_f16.h"
 
@@ -93,30 +95,27 @@ void AccumulateGroup(const uint16_t* a_t, size_t a_stride, const uint16_t* b_t, 
 void LowRankAddScoresF16Impl(const uint16_t* a_t, size_t a_stride, const uint16_t* b_t,
                              size_t rank, size_t d, size_t n, const float* q, size_t n_q,
                              float* scores, size_t ld) {
-  size_t i = 0;
-  for (; i + kGroup <= n_q; i += kGroup) {
-    ScoresGroup<kGroup>(a_t, a_stride, b_t, rank, d, n, q + i * d, scores + i * ld, ld);
-  }
-  switch (n_q - i) {
-    case 3: ScoresGroup<3>(a_t, a_stride, b_t, rank, d, n, q + i * d, scores + i * ld, ld); break;
-    case 2: ScoresGroup<2>(a_t, a_stride, b_t, rank, d, n, q + i * d, scores + i * ld, ld); break;
-    case 1: ScoresGroup<1>(a_t, a_stride, b_t, rank, d, n, q + i * d, scores + i * ld, ld); break;
-    default: break;
+  // By the number of rows in the group (index 0 unused).
+  static constexpr decltype(&ScoresGroup<1>) kByRows[] = {nullptr, &ScoresGroup<1>,
+                                                          &ScoresGroup<2>, &ScoresGroup<3>,
+                                                          &ScoresGroup<4>};
+  static_assert(kGroup == 4);
+  for (size_t i = 0; i < n_q; i += kGroup) {
+    kByRows[std::min(kGroup, n_q - i)](a_t, a_stride, b_t, rank, d, n, q + i * d, scores + i * ld,
+                                       ld);
   }
 }
 
 void LowRankAddAccumulateF16Impl(const uint16_t* a_t, size_t a_stride, const uint16_t* b_t,
                                  size_t rank, size_t d, size_t n, const float* p, size_t n_q,
                                  size_t ld, float* out) {
-  size_t i = 0;
-  for (; i + kGroup <= n_q; i += kGroup) {
-    AccumulateGroup<kGroup>(a_t, a_stride, b_t, rank, d, n, p + i * ld, ld, out + i * d);
-  }
-  switch (n_q - i) {
-    case 3: AccumulateGroup<3>(a_t, a_stride, b_t, rank, d, n, p + i * ld, ld, out + i * d); break;
-    case 2: AccumulateGroup<2>(a_t, a_stride, b_t, rank, d, n, p + i * ld, ld, out + i * d); break;
-    case 1: AccumulateGroup<1>(a_t, a_stride, b_t, rank, d, n, p + i * ld, ld, out + i * d); break;
-    default: break;
+  static constexpr decltype(&AccumulateGroup<1>) kByRows[] = {
+      nullptr, &AccumulateGroup<1>, &AccumulateGroup<2>, &AccumulateGroup<3>,
+      &AccumulateGroup<4>};
+  static_assert(kGroup == 4);
+  for (size_t i = 0; i < n_q; i += kGroup) {
+    kByRows[std::min(kGroup, n_q - i)](a_t, a_stride, b_t, rank, d, n, p + i * ld, ld,
+                                       out + i * d);
   }
 }
 

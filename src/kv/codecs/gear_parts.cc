@@ -210,23 +210,12 @@ void AddEntryProductsAnyNq(const DstIndex* dst_index, int64_t dst_offset,
                            const SrcIndex* src_index, int64_t src_offset, const float* v,
                            size_t m, const float* src, int64_t ld_src, int n_q, float* dst,
                            int64_t ld_dst) {
-  switch (n_q) {
-    case 1:
-      return AddEntryProducts<1>(dst_index, dst_offset, src_index, src_offset, v, m, src,
-                                 ld_src, n_q, dst, ld_dst);
-    case 2:
-      return AddEntryProducts<2>(dst_index, dst_offset, src_index, src_offset, v, m, src,
-                                 ld_src, n_q, dst, ld_dst);
-    case 3:
-      return AddEntryProducts<3>(dst_index, dst_offset, src_index, src_offset, v, m, src,
-                                 ld_src, n_q, dst, ld_dst);
-    case 4:
-      return AddEntryProducts<4>(dst_index, dst_offset, src_index, src_offset, v, m, src,
-                                 ld_src, n_q, dst, ld_dst);
-    default:
-      return AddEntryProducts<0>(dst_index, dst_offset, src_index, src_offset, v, m, src,
-                                 ld_src, n_q, dst, ld_dst);
-  }
+  static constexpr decltype(&AddEntryProducts<0, DstIndex, SrcIndex>) kByRows[] = {
+      &AddEntryProducts<0, DstIndex, SrcIndex>, &AddEntryProducts<1, DstIndex, SrcIndex>,
+      &AddEntryProducts<2, DstIndex, SrcIndex>, &AddEntryProducts<3, DstIndex, SrcIndex>,
+      &AddEntryProducts<4, DstIndex, SrcIndex>};
+  kByRows[n_q >= 1 && n_q <= 4 ? n_q : 0](dst_index, dst_offset, src_index, src_offset, v, m, src,
+                                          ld_src, n_q, dst, ld_dst);
 }
 
 }  // namespace
