@@ -103,13 +103,12 @@ class SparseOutliers {
   // binary search over all entries missed the CPU cache at every step on long caches).
   size_t FirstEntryAtOrAfter(int64_t r) const;
 
-
   int d_;
-  std::vector<int32_t> rows_;       // [n_entries] ascending
-  std::vector<uint16_t> channels_;  // [n_entries]
-  std::vector<uint16_t> values_;    // [n_entries] fp16
+  std::vector<int32_t> rows_;        // [n_entries] ascending
+  std::vector<uint16_t> channels_;   // [n_entries]
+  std::vector<uint16_t> values_;     // [n_entries] fp16
   std::vector<uint32_t> row_index_;  // [ceil(n_rows / kIndexRows)] entry k: the first entry
-                                    // with row >= k * kIndexRows (n_entries if none)
+                                     // with row >= k * kIndexRows (n_entries if none)
 };
 
 }  // namespace kvpack

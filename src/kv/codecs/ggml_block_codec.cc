@@ -70,8 +70,8 @@ class GgmlBlockStore final : public ComponentStore {
       return;
     }
     std::vector<float>& tile = TileBuffer(d);
-    for (int64_t a = t0; a < t1; a += kTileRows) {
-      const int64_t e = std::min(t1, a + kTileRows);
+    for (int64_t a = t0; a < t1; a += kTileRowsMax) {
+      const int64_t e = std::min(t1, a + kTileRowsMax);
       Decode(head, a, e, tile.data());
       DotRowsF32(tile.data(), e - a, d, q, n_q, scores + (a - t0), t1 - t0);
     }
@@ -93,8 +93,8 @@ class GgmlBlockStore final : public ComponentStore {
       return;
     }
     std::vector<float>& tile = TileBuffer(d);
-    for (int64_t a = t0; a < t1; a += kTileRows) {
-      const int64_t e = std::min(t1, a + kTileRows);
+    for (int64_t a = t0; a < t1; a += kTileRowsMax) {
+      const int64_t e = std::min(t1, a + kTileRowsMax);
       Decode(head, a, e, tile.data());
       AxpyRowsF32(p + (a - t0), n_q, t1 - t0, tile.data(), e - a, d, out);
     }
@@ -137,7 +137,6 @@ class GgmlBlockStore final : public ComponentStore {
   }
 
  private:
-  static constexpr int64_t kTileRows = 64;
   // Rows [a, e) of a q4_0 head as codes (t.tile_codes [e - a, d]) and per-block parameters
   // by group (t.gscale = d, t.gmin = -8d, [n_blocks, kTileRowsMax]).
   void Q4_0Tile(int head, int64_t a, int64_t e, CodeTileScratch& t) const {
@@ -157,7 +156,7 @@ class GgmlBlockStore final : public ComponentStore {
   }
   static std::vector<float>& TileBuffer(int d) {
     thread_local std::vector<float> tile;
-    if (tile.size() < static_cast<size_t>(kTileRows * d)) tile.resize(kTileRows * d);
+    if (tile.size() < static_cast<size_t>(kTileRowsMax * d)) tile.resize(kTileRowsMax * d);
     return tile;
   }
 

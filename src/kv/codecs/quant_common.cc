@@ -180,7 +180,6 @@ static_assert(kTileRows % kCombinePad == 0, "CombineCodeDots reads whole vectors
 // add an error as large as the codes' own.
 bool UseIntegerKeys(int bits) { return bits <= 4; }
 
-CodeTileScratch& Scratch(int64_t width) { return TileScratch(width); }
 }  // namespace
 
 CodeTileScratch& TileScratch(int64_t width) {
@@ -291,7 +290,7 @@ void TokenGroupRows::Scores(int64_t r0, const int64_t* rows, int64_t n_sel, int 
                             const float* q, int n_q, float* scores, int64_t ld,
                             int64_t col0) const {
   if (n_sel <= 0) return;
-  CodeTileScratch& t = Scratch(n);
+  CodeTileScratch& t = TileScratch(n);
   if (UseIntegerKeys(bits_) && c0 % group_ == 0) {
     ScoresInteger(r0, rows, n_sel, c0, n, q, n_q, scores, ld, col0, t);
     return;
@@ -382,7 +381,7 @@ void TokenGroupRows::Accumulate(int64_t r0, const int64_t* rows, int64_t n_sel, 
                                 const float* p, int n_q, int64_t ld, int64_t col0,
                                 float* out) const {
   if (n_sel <= 0) return;
-  CodeTileScratch& t = Scratch(n);
+  CodeTileScratch& t = TileScratch(n);
   const int g0 = c0 / group_, ng = (c0 + n - 1) / group_ - g0 + 1;  // groups the window touches
   t.msum.assign(static_cast<size_t>(n_q) * ng, 0.0f);
   for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
@@ -458,7 +457,7 @@ int64_t ChannelBlocks::BlockOf(int64_t r) const {
 
 void ChannelBlocks::Decode(int64_t r0, int64_t r1, float* out) const {
   if (r0 >= r1) return;
-  CodeTileScratch& t = Scratch(d_);
+  CodeTileScratch& t = TileScratch(d_);
   for (int64_t b = BlockOf(r0); b < n_blocks() && block_start_[b] < r1; ++b) {
     const int64_t bs = std::max(r0, block_start_[b]);
     const int64_t be = std::min(r1, b + 1 < n_blocks() ? block_start_[b + 1] : n_rows_);
@@ -482,7 +481,7 @@ void ChannelBlocks::UnpackTile(int64_t a, int64_t e, uint8_t* out) const {
 void ChannelBlocks::Scores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
                            int64_t ld, int64_t col0) const {
   if (r0 >= r1) return;
-  CodeTileScratch& t = Scratch(d_);
+  CodeTileScratch& t = TileScratch(d_);
   const bool integer = UseIntegerKeys(bits_);
   t.qs.resize(static_cast<size_t>(n_q) * d_);
   t.qm.resize(n_q);
@@ -528,7 +527,7 @@ void ChannelBlocks::Scores(int64_t r0, int64_t r1, const float* q, int n_q, floa
 void ChannelBlocks::Accumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld,
                                int64_t col0, float* out) const {
   if (r0 >= r1) return;
-  CodeTileScratch& t = Scratch(d_);
+  CodeTileScratch& t = TileScratch(d_);
   t.acc.resize(static_cast<size_t>(n_q) * d_);
   t.psum.resize(n_q);
   for (int64_t b = BlockOf(r0); b < n_blocks() && block_start_[b] < r1; ++b) {
