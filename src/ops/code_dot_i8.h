@@ -7,11 +7,12 @@
 // Design goals: no per-row horizontal sums in the hot loop. On AVX-512 each code row is
 // multiplied with the query 64 bytes at a time (vpmaddubsw + vpmaddwd: four code x query
 // products per 32-bit lane) and 16 rows are reduced together by a transpose-and-add tree, so
-// one output vector holds 16 rows' sums. The result is exact integer arithmetic: the SIMD
+// one output vector holds 16 rows' sums; AVX2 does the same 32 bytes at a time with 8 rows
+// per tree (group sizes that are multiples of 32). The result is exact integer arithmetic: the SIMD
 // path, the scalar path and the scalar twin agree bit for bit, whatever the target.
 // Non-goals: codes above 127 (8-bit codecs keep the float kernels of ops/code_dot.h: an int8
-// query would add an error as large as their own); a fast path for AVX2 or non-x86 targets
-// (they run the scalar loop, which the compiler vectorises as it can).
+// query would add an error as large as their own); a fast path for non-x86 targets (they
+// run the scalar loop, which the compiler vectorises as it can).
 #ifndef KVPACK_OPS_CODE_DOT_I8_H_
 #define KVPACK_OPS_CODE_DOT_I8_H_
 

@@ -1,6 +1,7 @@
 // The integer key kernels (ops/code_dot_i8.h) against their scalar twins: the integer dots
-// must agree exactly (integer arithmetic) on every shape, stride, group and row count (the
-// AVX-512 path takes batches of 16 rows, the rest runs the scalar loop); the query
+// must agree exactly (integer arithmetic) on every SIMD target, shape, stride, group and row
+// count (the AVX-512 path takes batches of 16 rows, AVX2 batches of 8, the rest runs the
+// scalar loop); the query
 // quantizer must keep its stated bound; the combination with scales and minima must not
 // depend on a row's position in the tile.
 #include "ops/code_dot_i8.h"
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include "ops/code_dot.h"
 
@@ -17,26 +19,32 @@ namespace kvpack {
 namespace {
 
 TEST(CodeDotI8, IntegerDotsEqualTheTwinExactly) {
-  std::mt19937 rng(1);
-  for (size_t d : {8, 48, 64, 128, 192}) {
-    for (size_t group : {8, 24, 32, 64, 128, 1000}) {
-      for (size_t n_rows : {1, 15, 16, 33, 64}) {
-        for (size_t n_q : {1, 3, 5}) {
-          const size_t stride = d + (d % 3), n_groups = (d + std::min(group, d) - 1) / std::min(group, d);
-          const size_t ld = n_rows + 3;
-          std::vector<uint8_t> codes(n_rows * stride);
-          for (auto& c : codes) c = static_cast<uint8_t>(rng() % 128);  // the full allowed range
-          std::vector<int8_t> q(n_q * d);
-          for (auto& x : q) x = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
-          std::vector<int32_t> a(n_q * n_groups * ld, -7), b(a.size(), -7);
-          DotCodeRowsI8(codes.data(), n_rows, stride, d, group, q.data(), n_q, a.data(), ld);
-          DotCodeRowsI8Ref(codes.data(), n_rows, stride, d, std::min(group, d), q.data(), n_q,
-                           b.data(), ld);
-          ASSERT_EQ(a, b) << "d " << d << " group " << group << " rows " << n_rows << " n_q " << n_q;
+  // Every SIMD target this build carries and this CPU runs (AVX-512, AVX2, SSE4, ...): each
+  // has its own fast path or none, and all must give the twin's integers.
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::mt19937 rng(1);
+    for (size_t d : {8, 48, 64, 96, 128, 192}) {
+      for (size_t group : {8, 24, 32, 64, 96, 128, 1000}) {
+        for (size_t n_rows : {1, 7, 8, 9, 15, 16, 33, 64}) {
+          for (size_t n_q : {1, 3, 5}) {
+            const size_t g = std::min(group, d), stride = d + (d % 3), n_groups = (d + g - 1) / g;
+            const size_t ld = n_rows + 3;
+            std::vector<uint8_t> codes(n_rows * stride);
+            for (auto& c : codes) c = static_cast<uint8_t>(rng() % 128);  // the allowed range
+            std::vector<int8_t> q(n_q * d);
+            for (auto& x : q) x = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+            std::vector<int32_t> a(n_q * n_groups * ld, -7), b(a.size(), -7);
+            DotCodeRowsI8(codes.data(), n_rows, stride, d, group, q.data(), n_q, a.data(), ld);
+            DotCodeRowsI8Ref(codes.data(), n_rows, stride, d, g, q.data(), n_q, b.data(), ld);
+            ASSERT_EQ(a, b) << hwy::TargetName(target) << " d " << d << " group " << group
+                            << " rows " << n_rows << " n_q " << n_q;
+          }
         }
       }
     }
   }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 TEST(CodeDotI8, QuantizerKeepsItsBoundAndMatchesTheTwin) {
