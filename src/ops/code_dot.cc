@@ -15,6 +15,12 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
 
+// Vector registers of the target: x86 below AVX-512 has 16. A register block of M query rows
+// and V vectors needs M * V accumulators, V code vectors and a broadcast; one more and the
+// compiler spills an accumulator, which chains every row through a store and a reload.
+constexpr size_t kVecRegs = (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3) ? 16 : 32;
+constexpr bool BlockFits(size_t m, size_t v) { return m * v + v + 1 <= kVecRegs; }
+
 HWY_INLINE hn::Vec<DF> LoadCodes(DF d, const uint8_t* p) {
   const hn::Rebind<int32_t, DF> di;
   const hn::Rebind<uint8_t, DF> d8;
@@ -24,8 +30,8 @@ HWY_INLINE hn::Vec<DF> LoadCodes(DF d, const uint8_t* p) {
 // M (1..4) query rows share one conversion of each code vector; one reduction per row
 // and query.
 template <size_t M>
-HWY_INLINE void DotCodeRowsM(const uint8_t* codes, size_t n_rows, size_t row_stride,
-                             size_t dim, const float* q, float* scores, size_t ld) {
+HWY_INLINE void DotCodeRowsM(const uint8_t* codes, size_t n_rows, size_t row_stride, size_t dim,
+                             const float* q, float* scores, size_t ld) {
   const DF d;
   const size_t N = hn::Lanes(d);
   const size_t main = dim / N * N;
@@ -56,18 +62,27 @@ void DotCodeRowsImpl(const uint8_t* codes, size_t n_rows, size_t row_stride, siz
     const float* qi = q + i0 * dim;
     float* si = scores + i0 * ld;
     switch (std::min<size_t>(4, n_q - i0)) {
-      case 1: DotCodeRowsM<1>(codes, n_rows, row_stride, dim, qi, si, ld); break;
-      case 2: DotCodeRowsM<2>(codes, n_rows, row_stride, dim, qi, si, ld); break;
-      case 3: DotCodeRowsM<3>(codes, n_rows, row_stride, dim, qi, si, ld); break;
-      default: DotCodeRowsM<4>(codes, n_rows, row_stride, dim, qi, si, ld); break;
+      case 1:
+        DotCodeRowsM<1>(codes, n_rows, row_stride, dim, qi, si, ld);
+        break;
+      case 2:
+        DotCodeRowsM<2>(codes, n_rows, row_stride, dim, qi, si, ld);
+        break;
+      case 3:
+        DotCodeRowsM<3>(codes, n_rows, row_stride, dim, qi, si, ld);
+        break;
+      default:
+        DotCodeRowsM<4>(codes, n_rows, row_stride, dim, qi, si, ld);
+        break;
     }
   }
 }
 
-// V (1, 2 or 4) vectors of columns from c for M (1..4) query rows: the M * V accumulators stay
-// in registers over all rows; wv[m * V + v] is the weight row of query m for vector v's group.
+// V (1, 2 or 4) vectors of columns from c, all in one group, for M (1..4) query rows: the
+// M * V accumulators stay in registers over all rows; wm[m] is query m's weight row for that
+// group (one broadcast per row and query, shared by the V vectors).
 template <size_t M, size_t V>
-HWY_INLINE void AxpyWeightedBlock(const float* const* wv, const uint8_t* codes, size_t n_rows,
+HWY_INLINE void AxpyWeightedBlock(const float* const* wm, const uint8_t* codes, size_t n_rows,
                                   size_t row_stride, size_t c, float* out, size_t dim) {
   const DF d;
   const size_t N = hn::Lanes(d);
@@ -80,9 +95,8 @@ HWY_INLINE void AxpyWeightedBlock(const float* const* wv, const uint8_t* codes, 
     hn::Vec<DF> x[V];
     for (size_t v = 0; v < V; ++v) x[v] = LoadCodes(d, row + v * N);
     for (size_t m = 0; m < M; ++m) {
-      for (size_t v = 0; v < V; ++v) {
-        acc[m * V + v] = hn::MulAdd(hn::Set(d, wv[m * V + v][t]), x[v], acc[m * V + v]);
-      }
+      const auto wt = hn::Set(d, wm[m][t]);
+      for (size_t v = 0; v < V; ++v) acc[m * V + v] = hn::MulAdd(wt, x[v], acc[m * V + v]);
     }
   }
   for (size_t m = 0; m < M; ++m) {
@@ -93,17 +107,19 @@ HWY_INLINE void AxpyWeightedBlock(const float* const* wv, const uint8_t* codes, 
 template <size_t M>
 HWY_INLINE void AxpyWeightedColumns(const float* w, size_t ld, size_t n_groups,
                                     const uint8_t* codes, size_t n_rows, size_t row_stride,
-                                    size_t c, size_t n_vec, const size_t* vec_group, float* out,
-                                    size_t dim) {
-  const float* wv[M * 4];
-  const size_t V = n_vec;
-  for (size_t m = 0; m < M; ++m) {
-    for (size_t v = 0; v < V; ++v) wv[m * V + v] = w + (m * n_groups + vec_group[v]) * ld;
-  }
-  switch (V) {
-    case 4: AxpyWeightedBlock<M, 4>(wv, codes, n_rows, row_stride, c, out, dim); break;
-    case 2: AxpyWeightedBlock<M, 2>(wv, codes, n_rows, row_stride, c, out, dim); break;
-    default: AxpyWeightedBlock<M, 1>(wv, codes, n_rows, row_stride, c, out, dim); break;
+                                    size_t c, size_t n_vec, size_t group, float* out, size_t dim) {
+  const float* wm[M];
+  for (size_t m = 0; m < M; ++m) wm[m] = w + (m * n_groups + group) * ld;
+  switch (n_vec) {
+    case 4:
+      AxpyWeightedBlock<M, 4>(wm, codes, n_rows, row_stride, c, out, dim);
+      break;
+    case 2:
+      AxpyWeightedBlock<M, 2>(wm, codes, n_rows, row_stride, c, out, dim);
+      break;
+    default:
+      AxpyWeightedBlock<M, 1>(wm, codes, n_rows, row_stride, c, out, dim);
+      break;
   }
 }
 
@@ -127,20 +143,28 @@ void AxpyCodeRowsWeightedImpl(const float* w, size_t n_q, size_t ld, const uint8
       ++c;
       continue;
     }
-    size_t n_vec = 1, vec_group[4] = {group_of(c), 0, 0, 0};
-    while (n_vec < 4 && vector_ok(c + n_vec * N)) {
-      vec_group[n_vec] = group_of(c + n_vec * N);
-      ++n_vec;
-    }
+    // Up to four vectors of the same group: one weight broadcast per row and query.
+    const size_t g = group_of(c);
+    size_t n_vec = 1;
+    while (n_vec < 4 && vector_ok(c + n_vec * N) && group_of(c + n_vec * N) == g) ++n_vec;
     if (n_vec == 3) n_vec = 2;
+    if (n_vec == 4 && !BlockFits(std::min<size_t>(4, n_q), 4)) n_vec = 2;
     for (size_t i0 = 0; i0 < n_q; i0 += 4) {
       const float* wi = w + i0 * n_groups * ld;
       float* oi = out + i0 * dim;
       switch (std::min<size_t>(4, n_q - i0)) {
-        case 1: AxpyWeightedColumns<1>(wi, ld, n_groups, codes, n_rows, row_stride, c, n_vec, vec_group, oi, dim); break;
-        case 2: AxpyWeightedColumns<2>(wi, ld, n_groups, codes, n_rows, row_stride, c, n_vec, vec_group, oi, dim); break;
-        case 3: AxpyWeightedColumns<3>(wi, ld, n_groups, codes, n_rows, row_stride, c, n_vec, vec_group, oi, dim); break;
-        default: AxpyWeightedColumns<4>(wi, ld, n_groups, codes, n_rows, row_stride, c, n_vec, vec_group, oi, dim); break;
+        case 1:
+          AxpyWeightedColumns<1>(wi, ld, n_groups, codes, n_rows, row_stride, c, n_vec, g, oi, dim);
+          break;
+        case 2:
+          AxpyWeightedColumns<2>(wi, ld, n_groups, codes, n_rows, row_stride, c, n_vec, g, oi, dim);
+          break;
+        case 3:
+          AxpyWeightedColumns<3>(wi, ld, n_groups, codes, n_rows, row_stride, c, n_vec, g, oi, dim);
+          break;
+        default:
+          AxpyWeightedColumns<4>(wi, ld, n_groups, codes, n_rows, row_stride, c, n_vec, g, oi, dim);
+          break;
       }
     }
     c += n_vec * N;
@@ -157,14 +181,14 @@ HWY_EXPORT(DotCodeRowsImpl);
 HWY_EXPORT(AxpyCodeRowsWeightedImpl);
 
 void AxpyCodeRowsWeighted(const float* w, size_t n_q, size_t ld, const uint8_t* codes,
-                          size_t n_rows, size_t row_stride, size_t d, size_t first,
-                          size_t group, float* out) {
-  HWY_DYNAMIC_DISPATCH(AxpyCodeRowsWeightedImpl)(w, n_q, ld, codes, n_rows, row_stride, d, first,
-                                                 group, out);
+                          size_t n_rows, size_t row_stride, size_t d, size_t first, size_t group,
+                          float* out) {
+  HWY_DYNAMIC_DISPATCH(AxpyCodeRowsWeightedImpl)
+  (w, n_q, ld, codes, n_rows, row_stride, d, first, group, out);
 }
 void AxpyCodeRowsWeightedRef(const float* w, size_t n_q, size_t ld, const uint8_t* codes,
-                             size_t n_rows, size_t row_stride, size_t d, size_t first,
-                             size_t group, float* out) {
+                             size_t n_rows, size_t row_stride, size_t d, size_t first, size_t group,
+                             float* out) {
   const size_t g_first = first / group;
   const size_t n_groups = (first + d - 1) / group - g_first + 1;
   for (size_t i = 0; i < n_q; ++i) {
@@ -179,8 +203,8 @@ void AxpyCodeRowsWeightedRef(const float* w, size_t n_q, size_t ld, const uint8_
   }
 }
 
-void DotCodeRows(const uint8_t* codes, size_t n_rows, size_t row_stride, size_t d,
-                 const float* q, size_t n_q, float* scores, size_t ld) {
+void DotCodeRows(const uint8_t* codes, size_t n_rows, size_t row_stride, size_t d, const float* q,
+                 size_t n_q, float* scores, size_t ld) {
   HWY_DYNAMIC_DISPATCH(DotCodeRowsImpl)(codes, n_rows, row_stride, d, q, n_q, scores, ld);
 }
 void DotCodeRowsRef(const uint8_t* codes, size_t n_rows, size_t row_stride, size_t d,
@@ -188,7 +212,8 @@ void DotCodeRowsRef(const uint8_t* codes, size_t n_rows, size_t row_stride, size
   for (size_t t = 0; t < n_rows; ++t) {
     for (size_t i = 0; i < n_q; ++i) {
       double acc = 0.0;
-      for (size_t c = 0; c < d; ++c) acc += static_cast<double>(q[i * d + c]) * codes[t * row_stride + c];
+      for (size_t c = 0; c < d; ++c)
+        acc += static_cast<double>(q[i * d + c]) * codes[t * row_stride + c];
       scores[i * ld + t] = static_cast<float>(acc);
     }
   }

@@ -22,9 +22,8 @@ float QuantizeI8Impl(const float* x, size_t n, int8_t* q);
 
 // The portable loop: the scalar twin's arithmetic (exact integers), also the tail of the
 // SIMD path and the whole path on targets without one.
-void DotCodeRowsI8Scalar(const uint8_t* codes, size_t t0, size_t t1, size_t row_stride,
-                         size_t d, size_t group, const int8_t* q, size_t n_q, int32_t* out,
-                         size_t ld) {
+void DotCodeRowsI8Scalar(const uint8_t* codes, size_t t0, size_t t1, size_t row_stride, size_t d,
+                         size_t group, const int8_t* q, size_t n_q, int32_t* out, size_t ld) {
   const size_t n_groups = (d + group - 1) / group;
   for (size_t i = 0; i < n_q; ++i) {
     for (size_t g = 0; g < n_groups; ++g) {
@@ -55,20 +54,18 @@ HWY_INLINE void ReduceRows16(const __m512i* v, __m512i& lo, __m512i& hi) {
   for (int r = 0; r < 4; ++r) {
     const __m512i* w = v + 4 * r;
     // [w0 l0+l2, w1 l0+l2, w0 l1+l3, w1 l1+l3] per block
-    const __m512i a01 = _mm512_add_epi32(_mm512_unpacklo_epi32(w[0], w[1]),
-                                         _mm512_unpackhi_epi32(w[0], w[1]));
-    const __m512i a23 = _mm512_add_epi32(_mm512_unpacklo_epi32(w[2], w[3]),
-                                         _mm512_unpackhi_epi32(w[2], w[3]));
+    const __m512i a01 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(w[0], w[1]), _mm512_unpackhi_epi32(w[0], w[1]));
+    const __m512i a23 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(w[2], w[3]), _mm512_unpackhi_epi32(w[2], w[3]));
     // block k: sums of its 16 channels for rows 4r..4r+3
     b[r] = _mm512_add_epi32(_mm512_unpacklo_epi64(a01, a23), _mm512_unpackhi_epi64(a01, a23));
   }
   // [rows 0-3 ch 0-31, rows 0-3 ch 32-63, rows 4-7 ch 0-31, rows 4-7 ch 32-63]
-  const __m512i c01 =
-      _mm512_add_epi32(_mm512_shuffle_i32x4(b[0], b[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_i32x4(b[0], b[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512i c23 =
-      _mm512_add_epi32(_mm512_shuffle_i32x4(b[2], b[3], _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_i32x4(b[2], b[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i c01 = _mm512_add_epi32(_mm512_shuffle_i32x4(b[0], b[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm512_shuffle_i32x4(b[0], b[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i c23 = _mm512_add_epi32(_mm512_shuffle_i32x4(b[2], b[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm512_shuffle_i32x4(b[2], b[3], _MM_SHUFFLE(3, 1, 3, 1)));
   lo = _mm512_shuffle_i32x4(c01, c23, _MM_SHUFFLE(2, 0, 2, 0));
   hi = _mm512_shuffle_i32x4(c01, c23, _MM_SHUFFLE(3, 1, 3, 1));
 }
@@ -129,10 +126,10 @@ HWY_INLINE __m256i ReduceRows8(const __m256i* v) {
   for (int r = 0; r < 2; ++r) {
     const __m256i* w = v + 4 * r;
     // per half: [w0 l0+l2, w1 l0+l2, w0 l1+l3, w1 l1+l3]
-    const __m256i a01 = _mm256_add_epi32(_mm256_unpacklo_epi32(w[0], w[1]),
-                                         _mm256_unpackhi_epi32(w[0], w[1]));
-    const __m256i a23 = _mm256_add_epi32(_mm256_unpacklo_epi32(w[2], w[3]),
-                                         _mm256_unpackhi_epi32(w[2], w[3]));
+    const __m256i a01 =
+        _mm256_add_epi32(_mm256_unpacklo_epi32(w[0], w[1]), _mm256_unpackhi_epi32(w[0], w[1]));
+    const __m256i a23 =
+        _mm256_add_epi32(_mm256_unpacklo_epi32(w[2], w[3]), _mm256_unpackhi_epi32(w[2], w[3]));
     // per half: the sums of its 16 channels for rows 4r..4r+3
     b[r] = _mm256_add_epi32(_mm256_unpacklo_epi64(a01, a23), _mm256_unpackhi_epi64(a01, a23));
   }
@@ -160,10 +157,10 @@ void DotCodeRowsI8Avx2(const uint8_t* codes, size_t n_full, size_t row_stride, s
         for (++j; j < (g + 1) * per_group; ++j) {
           const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qi + 32 * j));
           for (int k = 0; k < 8; ++k) {
-            v[k] = _mm256_add_epi32(
-                v[k], DotQuads256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                                      rows + k * row_stride + 32 * j)),
-                                  qv));
+            v[k] = _mm256_add_epi32(v[k],
+                                    DotQuads256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                                                    rows + k * row_stride + 32 * j)),
+                                                qv));
           }
         }
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (i * n_groups + g) * ld + t0),
@@ -192,8 +189,8 @@ void DotCodeRowsI8Impl(const uint8_t* codes, size_t n_rows, size_t row_stride, s
   DotCodeRowsI8Scalar(codes, done, n_rows, row_stride, d, group, q, n_q, out, ld);
 }
 
-float ScaleQuantizeI8Impl(const float* x, const float* scale, const float* min, size_t n,
-                          int8_t* q, float* xmin) {
+float ScaleQuantizeI8Impl(const float* x, const float* scale, const float* min, size_t n, int8_t* q,
+                          float* xmin) {
   thread_local std::vector<float> xs;  // x * scale, one head's row
   if (xs.size() < n) xs.resize(n);
   const hn::ScalableTag<float> df;
@@ -287,8 +284,8 @@ HWY_EXPORT(CombineCodeDotsImpl);
 void CombineCodeDots(const int32_t* dots, const float* scale, const float* min, size_t pld,
                      size_t m, size_t n_q, size_t ng, const float* alpha, const float* qsum,
                      float* scores, size_t ld) {
-  HWY_DYNAMIC_DISPATCH(CombineCodeDotsImpl)(dots, scale, min, pld, m, n_q, ng, alpha, qsum,
-                                            scores, ld);
+  HWY_DYNAMIC_DISPATCH(CombineCodeDotsImpl)
+  (dots, scale, min, pld, m, n_q, ng, alpha, qsum, scores, ld);
 }
 
 void CombineCodeDotsRef(const int32_t* dots, const float* scale, const float* min, size_t pld,
@@ -306,8 +303,8 @@ void CombineCodeDotsRef(const int32_t* dots, const float* scale, const float* mi
   }
 }
 
-void DotCodeRowsI8(const uint8_t* codes, size_t n_rows, size_t row_stride, size_t d,
-                   size_t group, const int8_t* q, size_t n_q, int32_t* out, size_t ld) {
+void DotCodeRowsI8(const uint8_t* codes, size_t n_rows, size_t row_stride, size_t d, size_t group,
+                   const int8_t* q, size_t n_q, int32_t* out, size_t ld) {
   HWY_DYNAMIC_DISPATCH(DotCodeRowsI8Impl)(codes, n_rows, row_stride, d, group, q, n_q, out, ld);
 }
 

@@ -5,6 +5,7 @@
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -96,7 +97,8 @@ void AxpyF32Impl(float s, const float* x, float* y, size_t n) {
   const size_t N = hn::Lanes(d);
   const auto vs = hn::Set(d, s);
   size_t i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(hn::MulAdd(vs, hn::LoadU(d, x + i), hn::LoadU(d, y + i)), d, y + i);
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::MulAdd(vs, hn::LoadU(d, x + i), hn::LoadU(d, y + i)), d, y + i);
   for (; i < n; ++i) y[i] += s * x[i];
 }
 
@@ -151,7 +153,9 @@ HWY_INLINE float ScalarOf(float x) { return x; }
 HWY_INLINE float ScalarOf(uint16_t x) { return Fp16ToFp32(x); }
 
 // Same arithmetic as the single-row kernels (bit-identical results), one dispatch per tile.
-HWY_INLINE float DotRow(const float* row, const float* q, size_t n) { return DotF32Impl(row, q, n); }
+HWY_INLINE float DotRow(const float* row, const float* q, size_t n) {
+  return DotF32Impl(row, q, n);
+}
 HWY_INLINE float DotRow(const uint16_t* row, const float* q, size_t n) {
   return DotF16F32Impl(row, q, n);
 }
@@ -164,9 +168,145 @@ void DotRowsImpl(const T* rows, size_t n_rows, size_t dim, const float* q, size_
   }
 }
 
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// fp16 keys, four rows at a time: each row is converted once for all M query rows (the GQA
+// group), the 4 * M dot products stay in registers, and a transpose-and-add tree turns the
+// four rows' accumulators of a query into one vector of four sums (no per-row horizontal
+// sum). 256-bit intrinsics, also on the AVX-512 targets (Highway 1.0.3 has no such tree).
+HWY_INLINE __m128 SumLanesOf4(__m256 w0, __m256 w1, __m256 w2, __m256 w3) {
+  // per 128-bit half: [w0 l0+l2, w1 l0+l2, w0 l1+l3, w1 l1+l3]
+  const __m256 a01 = _mm256_add_ps(_mm256_unpacklo_ps(w0, w1), _mm256_unpackhi_ps(w0, w1));
+  const __m256 a23 = _mm256_add_ps(_mm256_unpacklo_ps(w2, w3), _mm256_unpackhi_ps(w2, w3));
+  // per half: [w0, w1, w2, w3] summed over the half's lanes
+  const __m256 b = _mm256_add_ps(
+      _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(a01), _mm256_castps_pd(a23))),
+      _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(a01), _mm256_castps_pd(a23))));
+  return _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
+}
+
+// Rows [0, n_rows / 4 * 4); dim % 8 == 0. Returns the rows done.
+template <size_t M>
+size_t DotRowsF16By4(const uint16_t* rows, size_t n_rows, size_t dim, const float* q, float* scores,
+                     size_t ld) {
+  size_t t = 0;
+  for (; t + 4 <= n_rows; t += 4) {
+    __m256 acc[4 * M];
+    for (size_t k = 0; k < 4 * M; ++k) acc[k] = _mm256_setzero_ps();
+    for (size_t c = 0; c < dim; c += 8) {
+      for (size_t k = 0; k < 4; ++k) {
+        const __m256 x = _mm256_cvtph_ps(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows + (t + k) * dim + c)));
+        for (size_t m = 0; m < M; ++m) {
+          acc[m * 4 + k] = _mm256_fmadd_ps(x, _mm256_loadu_ps(q + m * dim + c), acc[m * 4 + k]);
+        }
+      }
+    }
+    for (size_t m = 0; m < M; ++m) {
+      _mm_storeu_ps(scores + m * ld + t,
+                    SumLanesOf4(acc[m * 4], acc[m * 4 + 1], acc[m * 4 + 2], acc[m * 4 + 3]));
+    }
+  }
+  return t;
+}
+
+void DotRowsF16Tiled(const uint16_t* rows, size_t n_rows, size_t dim, const float* q, size_t n_q,
+                     float* scores, size_t ld) {
+  if (dim % 8 != 0) return DotRowsImpl(rows, n_rows, dim, q, n_q, scores, ld);
+  size_t done = 0;
+  for (size_t i0 = 0; i0 < n_q; i0 += 3) {  // three query rows: 12 accumulators in 16 ymm
+    const float* qi = q + i0 * dim;
+    float* si = scores + i0 * ld;
+    switch (std::min<size_t>(3, n_q - i0)) {
+      case 1:
+        done = DotRowsF16By4<1>(rows, n_rows, dim, qi, si, ld);
+        break;
+      case 2:
+        done = DotRowsF16By4<2>(rows, n_rows, dim, qi, si, ld);
+        break;
+      default:
+        done = DotRowsF16By4<3>(rows, n_rows, dim, qi, si, ld);
+        break;
+    }
+  }
+  for (size_t t = done; t < n_rows; ++t) {
+    for (size_t i = 0; i < n_q; ++i) scores[i * ld + t] = DotRow(rows + t * dim, q + i * dim, dim);
+  }
+}
+#else
+void DotRowsF16Tiled(const uint16_t* rows, size_t n_rows, size_t dim, const float* q, size_t n_q,
+                     float* scores, size_t ld) {
+  DotRowsImpl(rows, n_rows, dim, q, n_q, scores, ld);
+}
+#endif
+
+// Values: V vectors of columns from c for M query rows; the M * V accumulators stay in
+// registers over all rows (each row is converted once for the whole GQA group).
+template <size_t M, size_t V, typename T>
+HWY_INLINE void AxpyRowsBlock(const float* p, size_t ld, const T* rows, size_t n_rows, size_t dim,
+                              size_t c, float* out) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  hn::Vec<decltype(d)> acc[M * V];
+  for (size_t m = 0; m < M; ++m) {
+    for (size_t v = 0; v < V; ++v) acc[m * V + v] = hn::LoadU(d, out + m * dim + c + v * N);
+  }
+  for (size_t t = 0; t < n_rows; ++t) {
+    const T* row = rows + t * dim + c;
+    hn::Vec<decltype(d)> x[V];
+    for (size_t v = 0; v < V; ++v) x[v] = LoadRow(d, row + v * N);
+    for (size_t m = 0; m < M; ++m) {
+      const auto pm = hn::Set(d, p[m * ld + t]);
+      for (size_t v = 0; v < V; ++v) acc[m * V + v] = hn::MulAdd(pm, x[v], acc[m * V + v]);
+    }
+  }
+  for (size_t m = 0; m < M; ++m) {
+    for (size_t v = 0; v < V; ++v) hn::StoreU(acc[m * V + v], d, out + m * dim + c + v * N);
+  }
+}
+
+// x86 below AVX-512 has 16 vector registers: M * V accumulators, V row vectors and a
+// broadcast must fit, or an accumulator is spilled and every row chains through memory.
+constexpr size_t kVecRegs = (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3) ? 16 : 32;
+
+template <size_t M, typename T>
+void AxpyRowsM(const float* p, size_t ld, const T* rows, size_t n_rows, size_t dim, float* out) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  constexpr size_t kV = M * 4 + 4 + 1 <= kVecRegs ? 4 : 2;
+  size_t c = 0;
+  for (; c + kV * N <= dim; c += kV * N) AxpyRowsBlock<M, kV>(p, ld, rows, n_rows, dim, c, out);
+  for (; c + N <= dim; c += N) AxpyRowsBlock<M, 1>(p, ld, rows, n_rows, dim, c, out);
+  for (; c < dim; ++c) {
+    for (size_t t = 0; t < n_rows; ++t) {
+      const float v = ScalarOf(rows[t * dim + c]);
+      for (size_t m = 0; m < M; ++m) out[m * dim + c] += p[m * ld + t] * v;
+    }
+  }
+}
+
 template <typename T>
-void AxpyRowsImpl(const float* p, size_t n_q, size_t ld, const T* rows, size_t n_rows,
-                  size_t dim, float* out) {
+void AxpyRowsTiled(const float* p, size_t n_q, size_t ld, const T* rows, size_t n_rows, size_t dim,
+                   float* out) {
+  for (size_t i0 = 0; i0 < n_q; i0 += 3) {
+    const float* pi = p + i0 * ld;
+    float* oi = out + i0 * dim;
+    switch (std::min<size_t>(3, n_q - i0)) {
+      case 1:
+        AxpyRowsM<1>(pi, ld, rows, n_rows, dim, oi);
+        break;
+      case 2:
+        AxpyRowsM<2>(pi, ld, rows, n_rows, dim, oi);
+        break;
+      default:
+        AxpyRowsM<3>(pi, ld, rows, n_rows, dim, oi);
+        break;
+    }
+  }
+}
+
+template <typename T>
+void AxpyRowsImpl(const float* p, size_t n_q, size_t ld, const T* rows, size_t n_rows, size_t dim,
+                  float* out) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   const size_t main = dim / N * N;
@@ -192,7 +332,7 @@ void DotRowsF32Impl(const float* rows, size_t n_rows, size_t dim, const float* q
 }
 void DotRowsF16Impl(const uint16_t* rows, size_t n_rows, size_t dim, const float* q, size_t n_q,
                     float* scores, size_t ld) {
-  DotRowsImpl(rows, n_rows, dim, q, n_q, scores, ld);
+  DotRowsF16Tiled(rows, n_rows, dim, q, n_q, scores, ld);
 }
 void AxpyRowsF32Impl(const float* p, size_t n_q, size_t ld, const float* rows, size_t n_rows,
                      size_t dim, float* out) {
@@ -200,7 +340,7 @@ void AxpyRowsF32Impl(const float* p, size_t n_q, size_t ld, const float* rows, s
 }
 void AxpyRowsF16Impl(const float* p, size_t n_q, size_t ld, const uint16_t* rows, size_t n_rows,
                      size_t dim, float* out) {
-  AxpyRowsImpl(p, n_q, ld, rows, n_rows, dim, out);
+  AxpyRowsTiled(p, n_q, ld, rows, n_rows, dim, out);
 }
 
 float MaxF32Impl(const float* x, size_t n) {
@@ -273,8 +413,8 @@ void DotRowsF16(const uint16_t* rows, size_t n_rows, size_t d, const float* q, s
                 float* scores, size_t ld) {
   HWY_DYNAMIC_DISPATCH(DotRowsF16Impl)(rows, n_rows, d, q, n_q, scores, ld);
 }
-void AxpyRowsF32(const float* p, size_t n_q, size_t ld, const float* rows, size_t n_rows,
-                 size_t d, float* out) {
+void AxpyRowsF32(const float* p, size_t n_q, size_t ld, const float* rows, size_t n_rows, size_t d,
+                 float* out) {
   HWY_DYNAMIC_DISPATCH(AxpyRowsF32Impl)(p, n_q, ld, rows, n_rows, d, out);
 }
 void AxpyRowsF16(const float* p, size_t n_q, size_t ld, const uint16_t* rows, size_t n_rows,

@@ -4,16 +4,15 @@
 // scalar loop); the query
 // quantizer must keep its stated bound; the combination with scales and minima must not
 // depend on a row's position in the tile.
-#include "ops/code_dot_i8.h"
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <hwy/targets.h>
-
 #include "ops/code_dot.h"
+#include "ops/code_dot_i8.h"
 
 namespace kvpack {
 namespace {
@@ -137,10 +136,11 @@ TEST(CodeDotI8, CombineMatchesTheTwinAndIgnoresTilePosition) {
         std::vector<int32_t> d1(n_q * ng * pld);
         std::vector<float> s1(ng * pld), m1(ng * pld);
         for (size_t i = 0; i < n_q * ng; ++i) d1[i * pld] = dots[i * pld + k];
-        for (size_t g = 0; g < ng; ++g) s1[g * pld] = scale[g * pld + k], m1[g * pld] = min[g * pld + k];
+        for (size_t g = 0; g < ng; ++g)
+          s1[g * pld] = scale[g * pld + k], m1[g * pld] = min[g * pld + k];
         std::vector<float> one(n_q);
-        CombineCodeDots(d1.data(), s1.data(), m1.data(), pld, 1, n_q, ng, alpha.data(),
-                        qsum.data(), one.data(), 1);
+        CombineCodeDots(d1.data(), s1.data(), m1.data(), pld, 1, n_q, ng, alpha.data(), qsum.data(),
+                        one.data(), 1);
         for (size_t i = 0; i < n_q; ++i) ASSERT_EQ(one[i], a[i * ld + k]) << k;
       }
     }
@@ -161,13 +161,16 @@ TEST(CodeDot, WeightedAxpyMatchesTheTwin) {
           std::vector<float> w(n_q * n_groups * ld);
           for (auto& x : w) x = u(rng);
           std::vector<float> a(n_q * d, 0.5f), b(n_q * d, 0.5f);
-          AxpyCodeRowsWeighted(w.data(), n_q, ld, codes.data(), n_rows, stride, d, first, group, a.data());
-          AxpyCodeRowsWeightedRef(w.data(), n_q, ld, codes.data(), n_rows, stride, d, first, group, b.data());
+          AxpyCodeRowsWeighted(w.data(), n_q, ld, codes.data(), n_rows, stride, d, first, group,
+                               a.data());
+          AxpyCodeRowsWeightedRef(w.data(), n_q, ld, codes.data(), n_rows, stride, d, first, group,
+                                  b.data());
           for (size_t i = 0; i < n_q; ++i) {
             for (size_t c = 0; c < d; ++c) {
               const size_t g = (first + c) / group - first / group;
               double mag = 0.5;
-              for (size_t t = 0; t < n_rows; ++t) mag += std::fabs(w[(i * n_groups + g) * ld + t]) * codes[t * stride + c];
+              for (size_t t = 0; t < n_rows; ++t)
+                mag += std::fabs(w[(i * n_groups + g) * ld + t]) * codes[t * stride + c];
               ASSERT_NEAR(a[i * d + c], b[i * d + c], (n_rows + 1) * std::ldexp(1.0, -23) * mag)
                   << d << " " << group << " " << first << " " << n_q;
             }

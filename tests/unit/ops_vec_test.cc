@@ -2,13 +2,14 @@
 // Tolerance: a float dot product of length n has |error| <= gamma_n * sum|a_i b_i| with
 // gamma_n = n*eps/(1-n*eps) (Higham, Accuracy and Stability, 3.1); both the kernel and the
 // reference carry such an error, so we allow 2 * gamma_n * sum|a_i b_i|.
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+
 #include <cmath>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "core/half.h"
 #include "ops/vec.h"
@@ -101,55 +102,69 @@ TEST(VecTest, DotQ8_0MatchesReference) {
   }
 }
 
-TEST(VecTest, RowTileKernelsMatchPerRowReference) {
-  std::mt19937 rng(11);
+// The tile kernels of one shape against the per-row twins.
+void CheckRowTileKernels(size_t d, size_t n_q, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (size_t d : {8u, 20u, 64u}) {
-    const size_t n_rows = 37, n_q = 3, ld = n_rows + 5;
-    std::vector<float> rows(n_rows * d + 1), q(n_q * d), p(n_q * ld), out(n_q * d), out_ref(n_q * d);
-    std::vector<uint16_t> rows_h(n_rows * d + 1);
-    std::vector<float> rows_hf(n_rows * d + 1);
-    for (size_t i = 0; i < rows.size(); ++i) {
-      rows[i] = dist(rng);
-      rows_h[i] = Fp32ToFp16(rows[i]);
-      rows_hf[i] = Fp16ToFp32(rows_h[i]);
-    }
-    for (auto& x : q) x = dist(rng);
-    for (auto& x : p) x = std::fabs(dist(rng));
-    std::vector<float> scores(n_q * ld), scores_h(n_q * ld);
-    DotRowsF32(rows.data() + 1, n_rows, d, q.data(), n_q, scores.data(), ld);  // misaligned rows
-    DotRowsF16(rows_h.data() + 1, n_rows, d, q.data(), n_q, scores_h.data(), ld);
-    for (size_t i = 0; i < n_q; ++i) {
-      std::vector<float> qi(q.begin() + i * d, q.begin() + (i + 1) * d);
-      for (size_t t = 0; t < n_rows; ++t) {
-        std::vector<float> r(rows.begin() + 1 + t * d, rows.begin() + 1 + (t + 1) * d);
-        std::vector<float> rh(rows_hf.begin() + 1 + t * d, rows_hf.begin() + 1 + (t + 1) * d);
-        EXPECT_NEAR(scores[i * ld + t], DotF32Ref(r.data(), qi.data(), d), DotBound(r, qi, 0, d));
-        EXPECT_NEAR(scores_h[i * ld + t], DotF16F32Ref(rows_h.data() + 1 + t * d, qi.data(), d),
-                    DotBound(rh, qi, 0, d));
-      }
-    }
-    for (int fmt = 0; fmt < 2; ++fmt) {
-      std::fill(out.begin(), out.end(), 0.5f);
-      std::fill(out_ref.begin(), out_ref.end(), 0.5f);
-      if (fmt == 0) {
-        AxpyRowsF32(p.data(), n_q, ld, rows.data() + 1, n_rows, d, out.data());
-      } else {
-        AxpyRowsF16(p.data(), n_q, ld, rows_h.data() + 1, n_rows, d, out.data());
-      }
-      double bound_scale = 0.0;
-      for (size_t i = 0; i < n_q; ++i) {
-        for (size_t t = 0; t < n_rows; ++t) {
-          if (fmt == 0) AxpyF32Ref(p[i * ld + t], rows.data() + 1 + t * d, &out_ref[i * d], d);
-          else AxpyF16Ref(p[i * ld + t], rows_h.data() + 1 + t * d, &out_ref[i * d], d);
-          bound_scale = std::max<double>(bound_scale, p[i * ld + t]);
-        }
-      }
-      // Same summation order over t; FMA vs mul+add differs by <= 1 rounding per step:
-      // |err| <= n_rows * 2 eps * (|out| + max p * max |row|) ~ 37 * 2.4e-7 * 20.
-      for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], out_ref[i], 1e-4) << fmt;
+  const size_t n_rows = 37, ld = n_rows + 5;
+  std::vector<float> rows(n_rows * d + 1), q(n_q * d), p(n_q * ld), out(n_q * d), out_ref(n_q * d);
+  std::vector<uint16_t> rows_h(n_rows * d + 1);
+  std::vector<float> rows_hf(n_rows * d + 1);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    rows[i] = dist(rng);
+    rows_h[i] = Fp32ToFp16(rows[i]);
+    rows_hf[i] = Fp16ToFp32(rows_h[i]);
+  }
+  for (auto& x : q) x = dist(rng);
+  for (auto& x : p) x = std::fabs(dist(rng));
+  std::vector<float> scores(n_q * ld), scores_h(n_q * ld);
+  DotRowsF32(rows.data() + 1, n_rows, d, q.data(), n_q, scores.data(), ld);  // misaligned rows
+  DotRowsF16(rows_h.data() + 1, n_rows, d, q.data(), n_q, scores_h.data(), ld);
+  for (size_t i = 0; i < n_q; ++i) {
+    std::vector<float> qi(q.begin() + i * d, q.begin() + (i + 1) * d);
+    for (size_t t = 0; t < n_rows; ++t) {
+      std::vector<float> r(rows.begin() + 1 + t * d, rows.begin() + 1 + (t + 1) * d);
+      std::vector<float> rh(rows_hf.begin() + 1 + t * d, rows_hf.begin() + 1 + (t + 1) * d);
+      EXPECT_NEAR(scores[i * ld + t], DotF32Ref(r.data(), qi.data(), d), DotBound(r, qi, 0, d));
+      EXPECT_NEAR(scores_h[i * ld + t], DotF16F32Ref(rows_h.data() + 1 + t * d, qi.data(), d),
+                  DotBound(rh, qi, 0, d));
     }
   }
+  for (int fmt = 0; fmt < 2; ++fmt) {
+    std::fill(out.begin(), out.end(), 0.5f);
+    std::fill(out_ref.begin(), out_ref.end(), 0.5f);
+    if (fmt == 0) {
+      AxpyRowsF32(p.data(), n_q, ld, rows.data() + 1, n_rows, d, out.data());
+    } else {
+      AxpyRowsF16(p.data(), n_q, ld, rows_h.data() + 1, n_rows, d, out.data());
+    }
+    double bound_scale = 0.0;
+    for (size_t i = 0; i < n_q; ++i) {
+      for (size_t t = 0; t < n_rows; ++t) {
+        if (fmt == 0)
+          AxpyF32Ref(p[i * ld + t], rows.data() + 1 + t * d, &out_ref[i * d], d);
+        else
+          AxpyF16Ref(p[i * ld + t], rows_h.data() + 1 + t * d, &out_ref[i * d], d);
+        bound_scale = std::max<double>(bound_scale, p[i * ld + t]);
+      }
+    }
+    // Same summation order over t; FMA vs mul+add differs by <= 1 rounding per step:
+    // |err| <= n_rows * 2 eps * (|out| + max p * max |row|) ~ 37 * 2.4e-7 * 20.
+    for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], out_ref[i], 1e-4) << fmt;
+  }
+}
+
+// Every compiled SIMD target this CPU runs (the fp16 key kernel has an AVX2 path that
+// takes four rows and three query rows at a time), GQA groups of 1 to 5 query rows.
+TEST(VecTest, RowTileKernelsMatchPerRowReference) {
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    std::mt19937 rng(11);
+    for (size_t d : {8u, 20u, 64u, 128u}) {
+      for (size_t n_q : {1u, 2u, 3u, 4u, 5u}) CheckRowTileKernels(d, n_q, rng);
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 }  // namespace

@@ -42,8 +42,7 @@ float ShrinkLp(float x, float beta, float p) {
 //   z = mean(W_q - (W - W_e) s); beta *= kappa.
 // The zero with the smallest mean |W - W_r| seen is kept (HQQ's early stop keeps the best
 // iterate too); the min-max start is iterate 0, so HQQ never does worse than min-max in l1.
-float HqqZero(const float* x, int64_t n, int64_t stride, float inv_scale, float zero0,
-              int qmax) {
+float HqqZero(const float* x, int64_t n, int64_t stride, float inv_scale, float zero0, int qmax) {
   constexpr float kLpNorm = 0.7f, kKappa = 1.01f;
   constexpr int kIters = 20;
   float beta = 10.0f;
@@ -53,8 +52,8 @@ float HqqZero(const float* x, int64_t n, int64_t stride, float inv_scale, float 
     double err = 0.0, zsum = 0.0;
     for (int64_t i = 0; i < n; ++i) {
       const float w = x[i * stride];
-      const float q = std::clamp(std::nearbyint(w * inv_scale + zero), 0.0f,
-                                 static_cast<float>(qmax));
+      const float q =
+          std::clamp(std::nearbyint(w * inv_scale + zero), 0.0f, static_cast<float>(qmax));
       const float r = (q - zero) / inv_scale;
       err += std::fabs(w - r);
       const float e = ShrinkLp(w - r, beta, kLpNorm);
@@ -92,8 +91,8 @@ Status CheckQuantInput(const float* x, int64_t n, const StoreShape& shape, bool 
   return Status::Ok();
 }
 
-GroupParams QuantizeGroup(const float* x, int64_t n, int64_t stride, int bits,
-                          QuantMethod method, uint8_t* codes, int64_t code_stride) {
+GroupParams QuantizeGroup(const float* x, int64_t n, int64_t stride, int bits, QuantMethod method,
+                          uint8_t* codes, int64_t code_stride) {
   const int qmax = (1 << bits) - 1;
   float mn = std::numeric_limits<float>::infinity(), mx = -mn;
   for (int64_t i = 0; i < n; ++i) {
@@ -199,12 +198,12 @@ void PrepareGroupedQueryI8(const float* q, int n_q, int n, int group, CodeTileSc
   t.q8.resize(static_cast<size_t>(n_q) * n);
   t.alpha.resize(n_q);
   t.qm.assign(static_cast<size_t>(n_q) * ng, 0.0f);  // [n_q, ng] sum of q over each group
+  if (t.ones.size() < static_cast<size_t>(group)) t.ones.resize(group, 1.0f);
   for (int i = 0; i < n_q; ++i) {
     t.alpha[i] = QuantizeI8(q + i * n, n, &t.q8[i * n]);
-    for (int g = 0; g < ng; ++g) {
-      float sum = 0.0f;
-      for (int c = g * group; c < std::min(n, (g + 1) * group); ++c) sum += q[i * n + c];
-      t.qm[i * ng + g] = sum;
+    for (int g = 0; g < ng; ++g) {  // a SIMD dot with ones: a scalar sum is one long chain
+      const int c0 = g * group, len = std::min(n, c0 + group) - c0;
+      t.qm[i * ng + g] = DotF32(q + i * n + c0, t.ones.data(), len);
     }
   }
   t.dots.resize(static_cast<size_t>(n_q) * ng * kTileRows);
@@ -234,8 +233,7 @@ void AccumulateGroupedTile(const uint8_t* codes, int64_t m, int n, int first, in
   AxpyCodeRowsWeighted(t.weights.data(), n_q, kTileRows, codes, m, n, n, first, group, out);
 }
 
-void AddGroupedMinSums(int n_q, int n, int first, int group, const CodeTileScratch& t,
-                       float* out) {
+void AddGroupedMinSums(int n_q, int n, int first, int group, const CodeTileScratch& t, float* out) {
   const int g0 = first / group, ng = (first + n - 1) / group - g0 + 1;
   for (int i = 0; i < n_q; ++i) {
     for (int g = 0; g < ng; ++g) {  // channels of window group g: [a, e)
@@ -260,8 +258,8 @@ void TokenGroupRows::Decode(int64_t r0, int64_t r1, int c0, int n, float* out) c
 
 // Selected rows k0..k1 of a Scores/Accumulate call into the scratch tile: consecutive rows in
 // one kernel call, an explicit row list (KCVT's shared value rows) row by row.
-void TokenGroupRows::DecodeSelected(int64_t r0, const int64_t* rows, int64_t k0, int64_t k1,
-                                    int c0, int n, CodeTileScratch& t) const {
+void TokenGroupRows::DecodeSelected(int64_t r0, const int64_t* rows, int64_t k0, int64_t k1, int c0,
+                                    int n, CodeTileScratch& t) const {
   if (rows == nullptr) {
     Decode(r0 + k0, r0 + k1, c0, n, t.values.data());
     return;
@@ -271,8 +269,8 @@ void TokenGroupRows::DecodeSelected(int64_t r0, const int64_t* rows, int64_t k0,
 
 // Codes of selected rows k0..k1, window [c0, c0 + n): consecutive whole rows whose packed
 // form has no padding are one stream (one unpack call), anything else row by row.
-void TokenGroupRows::UnpackSelected(int64_t r0, const int64_t* rows, int64_t k0, int64_t k1,
-                                    int c0, int n, uint8_t* out) const {
+void TokenGroupRows::UnpackSelected(int64_t r0, const int64_t* rows, int64_t k0, int64_t k1, int c0,
+                                    int n, uint8_t* out) const {
   if (rows == nullptr && c0 == 0 && n == row_len_ &&
       row_bytes_ * 8 == static_cast<int64_t>(row_len_) * bits_) {
     UnpackCodesU8(&codes_[(r0 + k0) * row_bytes_], 0, (k1 - k0) * n, bits_, out);
@@ -309,11 +307,8 @@ void TokenGroupRows::Scores(int64_t r0, const int64_t* rows, int64_t n_sel, int 
   // One group per row: q . (code * scale + min) = scale * (q . code) + min * sum(q).
   t.qm.resize(n_q);
   t.row_scale.resize(kTileRows);
-  for (int i = 0; i < n_q; ++i) {
-    float sum = 0.0f;
-    for (int c = 0; c < n; ++c) sum += q[i * n + c];
-    t.qm[i] = sum;
-  }
+  if (t.ones.size() < static_cast<size_t>(n)) t.ones.resize(n, 1.0f);
+  for (int i = 0; i < n_q; ++i) t.qm[i] = DotF32(q + i * n, t.ones.data(), n);
   for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
     const int64_t k1 = std::min(n_sel, k0 + kTileRows);
     UnpackSelected(r0, rows, k0, k1, c0, n, t.tile_codes.data());
@@ -336,9 +331,9 @@ void TokenGroupRows::Scores(int64_t r0, const int64_t* rows, int64_t n_sel, int 
 // Per row and group g of the window (aligned to the groups):
 //   q . (code * s_g + m_g) = s_g * alpha * (q8 . code)_g + m_g * sum_{c in g} q_c,
 // with q ~= alpha * q8 (int8, one alpha per query row) and the code dots in int32.
-void TokenGroupRows::ScoresInteger(int64_t r0, const int64_t* rows, int64_t n_sel, int c0,
-                                   int n, const float* q, int n_q, float* scores, int64_t ld,
-                                   int64_t col0, CodeTileScratch& t) const {
+void TokenGroupRows::ScoresInteger(int64_t r0, const int64_t* rows, int64_t n_sel, int c0, int n,
+                                   const float* q, int n_q, float* scores, int64_t ld, int64_t col0,
+                                   CodeTileScratch& t) const {
   const int g0 = c0 / group_;
   const int ng = (n + group_ - 1) / group_;  // groups of the window
   PrepareGroupedQueryI8(q, n_q, n, group_, t);
@@ -495,8 +490,8 @@ void ChannelBlocks::Scores(int64_t r0, int64_t r1, const float* q, int n_q, floa
     ConvertF16ToF32(&params_[b * 2 * d_ + d_], t.min.data(), d_);
     for (int i = 0; i < n_q; ++i) {
       if (integer) {
-        t.alpha[i] = ScaleQuantizeI8(q + i * d_, t.scale.data(), t.min.data(), d_, &t.q8[i * d_],
-                                     &t.qm[i]);
+        t.alpha[i] =
+            ScaleQuantizeI8(q + i * d_, t.scale.data(), t.min.data(), d_, &t.q8[i * d_], &t.qm[i]);
         continue;
       }
       float* qs = &t.qs[i * d_];
@@ -540,8 +535,7 @@ void ChannelBlocks::Accumulate(int64_t r0, int64_t r1, const float* p, int n_q, 
       UnpackTile(a, e, t.tile_codes.data());
       const float* pa = p + col0 + (a - r0);
       // One weight group spanning the row: the probabilities themselves.
-      AxpyCodeRowsWeighted(pa, n_q, ld, t.tile_codes.data(), e - a, d_, d_, 0, d_,
-                           t.acc.data());
+      AxpyCodeRowsWeighted(pa, n_q, ld, t.tile_codes.data(), e - a, d_, d_, 0, d_, t.acc.data());
       for (int i = 0; i < n_q; ++i) {
         for (int64_t k = 0; k < e - a; ++k) t.psum[i] += pa[i * ld + k];
       }
@@ -647,14 +641,14 @@ void Fp16Rows::Clear() {
 }
 
 // The residual rows are one contiguous fp16 tile: the plain f16 store's tile kernels.
-void Fp16Rows::Scores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
-                      int64_t ld, int64_t col0) const {
+void Fp16Rows::Scores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores, int64_t ld,
+                      int64_t col0) const {
   if (r0 >= r1) return;
   DotRowsF16(Row(r0), r1 - r0, d_, q, n_q, scores + col0, ld);
 }
 
-void Fp16Rows::Accumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld,
-                          int64_t col0, float* out) const {
+void Fp16Rows::Accumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld, int64_t col0,
+                          float* out) const {
   if (r0 >= r1) return;
   AxpyRowsF16(p + col0, n_q, ld, Row(r0), r1 - r0, d_, out);
 }

@@ -86,7 +86,7 @@ struct CodeTileScratch {
   std::vector<int32_t> dots;        // [n_q, n_groups, kTileRows] integer code dots
   std::vector<float> weights;       // [n_q, n_groups, kTileRows] probability x row scale
   std::vector<float> gscale, gmin;  // [n_groups, kTileRows] a tile's parameters by group
-  std::vector<float> ones = std::vector<float>(kTileRowsMax, 1.0f);
+  std::vector<float> ones = std::vector<float>(kTileRowsMax, 1.0f);  // grows; all ones
 };
 // The calling thread's scratch, sized for rows of at least `width` values.
 CodeTileScratch& TileScratch(int64_t width);
