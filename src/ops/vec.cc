@@ -152,7 +152,7 @@ HWY_INLINE hn::Vec<hn::ScalableTag<float>> LoadRow(hn::ScalableTag<float> d, con
 HWY_INLINE float ScalarOf(float x) { return x; }
 HWY_INLINE float ScalarOf(uint16_t x) { return Fp16ToFp32(x); }
 
-// Same arithmetic as the single-row kernels (bit-identical results), one dispatch per tile.
+// Per-row kernels for the rows a tile kernel leaves over (and targets without one).
 HWY_INLINE float DotRow(const float* row, const float* q, size_t n) {
   return DotF32Impl(row, q, n);
 }
@@ -169,8 +169,8 @@ void DotRowsImpl(const T* rows, size_t n_rows, size_t dim, const float* q, size_
 }
 
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-// fp16 keys, four rows at a time: each row is converted once for all M query rows (the GQA
-// group), the 4 * M dot products stay in registers, and a transpose-and-add tree turns the
+// Keys (fp16 or f32 rows), four rows at a time: each row is loaded once for all M query rows
+// (the GQA group), the 4 * M dot products stay in registers, and a transpose-and-add tree turns the
 // four rows' accumulators of a query into one vector of four sums (no per-row horizontal
 // sum). 256-bit intrinsics, also on the AVX-512 targets (Highway 1.0.3 has no such tree).
 HWY_INLINE __m128 SumLanesOf4(__m256 w0, __m256 w1, __m256 w2, __m256 w3) {
@@ -184,18 +184,22 @@ HWY_INLINE __m128 SumLanesOf4(__m256 w0, __m256 w1, __m256 w2, __m256 w3) {
   return _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
 }
 
+HWY_INLINE __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+HWY_INLINE __m256 Load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
 // Rows [0, n_rows / 4 * 4); dim % 8 == 0. Returns the rows done.
-template <size_t M>
-size_t DotRowsF16By4(const uint16_t* rows, size_t n_rows, size_t dim, const float* q, float* scores,
-                     size_t ld) {
+template <size_t M, typename T>
+size_t DotRowsBy4(const T* rows, size_t n_rows, size_t dim, const float* q, float* scores,
+                  size_t ld) {
   size_t t = 0;
   for (; t + 4 <= n_rows; t += 4) {
     __m256 acc[4 * M];
     for (size_t k = 0; k < 4 * M; ++k) acc[k] = _mm256_setzero_ps();
     for (size_t c = 0; c < dim; c += 8) {
       for (size_t k = 0; k < 4; ++k) {
-        const __m256 x = _mm256_cvtph_ps(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows + (t + k) * dim + c)));
+        const __m256 x = Load8(rows + (t + k) * dim + c);
         for (size_t m = 0; m < M; ++m) {
           acc[m * 4 + k] = _mm256_fmadd_ps(x, _mm256_loadu_ps(q + m * dim + c), acc[m * 4 + k]);
         }
@@ -209,23 +213,18 @@ size_t DotRowsF16By4(const uint16_t* rows, size_t n_rows, size_t dim, const floa
   return t;
 }
 
-void DotRowsF16Tiled(const uint16_t* rows, size_t n_rows, size_t dim, const float* q, size_t n_q,
-                     float* scores, size_t ld) {
+template <typename T>
+void DotRowsTiled(const T* rows, size_t n_rows, size_t dim, const float* q, size_t n_q,
+                  float* scores, size_t ld) {
   if (dim % 8 != 0) return DotRowsImpl(rows, n_rows, dim, q, n_q, scores, ld);
   size_t done = 0;
   for (size_t i0 = 0; i0 < n_q; i0 += 3) {  // three query rows: 12 accumulators in 16 ymm
     const float* qi = q + i0 * dim;
     float* si = scores + i0 * ld;
     switch (std::min<size_t>(3, n_q - i0)) {
-      case 1:
-        done = DotRowsF16By4<1>(rows, n_rows, dim, qi, si, ld);
-        break;
-      case 2:
-        done = DotRowsF16By4<2>(rows, n_rows, dim, qi, si, ld);
-        break;
-      default:
-        done = DotRowsF16By4<3>(rows, n_rows, dim, qi, si, ld);
-        break;
+      case 1: done = DotRowsBy4<1>(rows, n_rows, dim, qi, si, ld); break;
+      case 2: done = DotRowsBy4<2>(rows, n_rows, dim, qi, si, ld); break;
+      default: done = DotRowsBy4<3>(rows, n_rows, dim, qi, si, ld); break;
     }
   }
   for (size_t t = done; t < n_rows; ++t) {
@@ -233,8 +232,9 @@ void DotRowsF16Tiled(const uint16_t* rows, size_t n_rows, size_t dim, const floa
   }
 }
 #else
-void DotRowsF16Tiled(const uint16_t* rows, size_t n_rows, size_t dim, const float* q, size_t n_q,
-                     float* scores, size_t ld) {
+template <typename T>
+void DotRowsTiled(const T* rows, size_t n_rows, size_t dim, const float* q, size_t n_q,
+                  float* scores, size_t ld) {
   DotRowsImpl(rows, n_rows, dim, q, n_q, scores, ld);
 }
 #endif
@@ -304,39 +304,21 @@ void AxpyRowsTiled(const float* p, size_t n_q, size_t ld, const T* rows, size_t 
   }
 }
 
-template <typename T>
-void AxpyRowsImpl(const float* p, size_t n_q, size_t ld, const T* rows, size_t n_rows, size_t dim,
-                  float* out) {
-  const hn::ScalableTag<float> d;
-  const size_t N = hn::Lanes(d);
-  const size_t main = dim / N * N;
-  for (size_t t = 0; t < n_rows; ++t) {
-    const T* row = rows + t * dim;
-    for (size_t c = 0; c < main; c += N) {
-      const auto v = LoadRow(d, row + c);
-      for (size_t i = 0; i < n_q; ++i) {
-        float* o = out + i * dim + c;
-        hn::StoreU(hn::MulAdd(hn::Set(d, p[i * ld + t]), v, hn::LoadU(d, o)), d, o);
-      }
-    }
-    for (size_t c = main; c < dim; ++c) {
-      const float v = ScalarOf(row[c]);
-      for (size_t i = 0; i < n_q; ++i) out[i * dim + c] += p[i * ld + t] * v;
-    }
-  }
-}
-
 void DotRowsF32Impl(const float* rows, size_t n_rows, size_t dim, const float* q, size_t n_q,
                     float* scores, size_t ld) {
   DotRowsImpl(rows, n_rows, dim, q, n_q, scores, ld);
 }
+void DotTileF32Impl(const float* rows, size_t n_rows, size_t dim, const float* q, size_t n_q,
+                    float* scores, size_t ld) {
+  DotRowsTiled(rows, n_rows, dim, q, n_q, scores, ld);
+}
 void DotRowsF16Impl(const uint16_t* rows, size_t n_rows, size_t dim, const float* q, size_t n_q,
                     float* scores, size_t ld) {
-  DotRowsF16Tiled(rows, n_rows, dim, q, n_q, scores, ld);
+  DotRowsTiled(rows, n_rows, dim, q, n_q, scores, ld);
 }
 void AxpyRowsF32Impl(const float* p, size_t n_q, size_t ld, const float* rows, size_t n_rows,
                      size_t dim, float* out) {
-  AxpyRowsImpl(p, n_q, ld, rows, n_rows, dim, out);
+  AxpyRowsTiled(p, n_q, ld, rows, n_rows, dim, out);
 }
 void AxpyRowsF16Impl(const float* p, size_t n_q, size_t ld, const uint16_t* rows, size_t n_rows,
                      size_t dim, float* out) {
@@ -401,6 +383,7 @@ HWY_EXPORT(TargetNameImpl);
 HWY_EXPORT(MaxF32Impl);
 HWY_EXPORT(ExpSubtractSumImpl);
 HWY_EXPORT(DotRowsF32Impl);
+HWY_EXPORT(DotTileF32Impl);
 HWY_EXPORT(DotRowsF16Impl);
 HWY_EXPORT(AxpyRowsF32Impl);
 HWY_EXPORT(AxpyRowsF16Impl);
@@ -408,6 +391,10 @@ HWY_EXPORT(AxpyRowsF16Impl);
 void DotRowsF32(const float* rows, size_t n_rows, size_t d, const float* q, size_t n_q,
                 float* scores, size_t ld) {
   HWY_DYNAMIC_DISPATCH(DotRowsF32Impl)(rows, n_rows, d, q, n_q, scores, ld);
+}
+void DotTileF32(const float* rows, size_t n_rows, size_t d, const float* q, size_t n_q,
+                float* scores, size_t ld) {
+  HWY_DYNAMIC_DISPATCH(DotTileF32Impl)(rows, n_rows, d, q, n_q, scores, ld);
 }
 void DotRowsF16(const uint16_t* rows, size_t n_rows, size_t d, const float* q, size_t n_q,
                 float* scores, size_t ld) {

@@ -118,13 +118,18 @@ void CheckRowTileKernels(size_t d, size_t n_q, std::mt19937& rng) {
   for (auto& x : p) x = std::fabs(dist(rng));
   std::vector<float> scores(n_q * ld), scores_h(n_q * ld);
   DotRowsF32(rows.data() + 1, n_rows, d, q.data(), n_q, scores.data(), ld);  // misaligned rows
+  std::vector<float> scores_tile(n_q * ld);
+  DotTileF32(rows.data() + 1, n_rows, d, q.data(), n_q, scores_tile.data(), ld);
   DotRowsF16(rows_h.data() + 1, n_rows, d, q.data(), n_q, scores_h.data(), ld);
   for (size_t i = 0; i < n_q; ++i) {
     std::vector<float> qi(q.begin() + i * d, q.begin() + (i + 1) * d);
     for (size_t t = 0; t < n_rows; ++t) {
       std::vector<float> r(rows.begin() + 1 + t * d, rows.begin() + 1 + (t + 1) * d);
       std::vector<float> rh(rows_hf.begin() + 1 + t * d, rows_hf.begin() + 1 + (t + 1) * d);
+      EXPECT_EQ(scores[i * ld + t], DotF32(r.data(), qi.data(), d));  // the same arithmetic
       EXPECT_NEAR(scores[i * ld + t], DotF32Ref(r.data(), qi.data(), d), DotBound(r, qi, 0, d));
+      EXPECT_NEAR(scores_tile[i * ld + t], DotF32Ref(r.data(), qi.data(), d),
+                  DotBound(r, qi, 0, d));
       EXPECT_NEAR(scores_h[i * ld + t], DotF16F32Ref(rows_h.data() + 1 + t * d, qi.data(), d),
                   DotBound(rh, qi, 0, d));
     }

@@ -73,7 +73,7 @@ class GgmlBlockStore final : public ComponentStore {
     for (int64_t a = t0; a < t1; a += kTileRowsMax) {
       const int64_t e = std::min(t1, a + kTileRowsMax);
       Decode(head, a, e, tile.data());
-      DotRowsF32(tile.data(), e - a, d, q, n_q, scores + (a - t0), t1 - t0);
+      DotTileF32(tile.data(), e - a, d, q, n_q, scores + (a - t0), t1 - t0);
     }
   }
 

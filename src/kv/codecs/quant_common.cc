@@ -300,7 +300,7 @@ void TokenGroupRows::Scores(int64_t r0, const int64_t* rows, int64_t n_sel, int 
     for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
       const int64_t k1 = std::min(n_sel, k0 + kTileRows);
       DecodeSelected(r0, rows, k0, k1, c0, n, t);
-      DotRowsF32(t.values.data(), k1 - k0, n, q, n_q, scores + col0 + k0, ld);
+      DotTileF32(t.values.data(), k1 - k0, n, q, n_q, scores + col0 + k0, ld);
     }
     return;
   }
