@@ -218,24 +218,6 @@ void AddEntryProductsAnyNq(const DstIndex* dst_index, int64_t dst_offset,
                                           ld_src, n_q, dst, ld_dst);
 }
 
-// The key side of the sparse terms: entries come sorted by row, so each row's products are
-// summed in registers and added to its scores once (adding every product to the score in
-// memory chained consecutive entries of one row through a store and a reload).
-template <int kNq>
-void AddRowSortedScores(const int32_t* rows, int64_t r0, const uint16_t* channels,
-                        const float* v, size_t m, const float* q, int64_t d, float* scores,
-                        int64_t ld) {
-  size_t j = 0;
-  while (j < m) {
-    const int32_t row = rows[j];
-    float acc[kNq] = {};
-    for (; j < m && rows[j] == row; ++j) {
-      for (int i = 0; i < kNq; ++i) acc[i] += q[i * d + channels[j]] * v[j];
-    }
-    for (int i = 0; i < kNq; ++i) scores[i * ld + row - r0] += acc[i];
-  }
-}
-
 }  // namespace
 
 void SparseOutliers::AddScores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
@@ -244,16 +226,8 @@ void SparseOutliers::AddScores(int64_t r0, int64_t r1, const float* q, int n_q, 
   std::vector<float>& v = Scratch();
   Range(r0, r1, i0, i1, v);
   // scores[i, row - r0] += q[i, channel] * value
-  const int32_t* rows = rows_.data() + i0;
-  const uint16_t* channels = channels_.data() + i0;
-  switch (n_q) {
-    case 1: AddRowSortedScores<1>(rows, r0, channels, v.data(), i1 - i0, q, d_, scores, ld); break;
-    case 2: AddRowSortedScores<2>(rows, r0, channels, v.data(), i1 - i0, q, d_, scores, ld); break;
-    case 3: AddRowSortedScores<3>(rows, r0, channels, v.data(), i1 - i0, q, d_, scores, ld); break;
-    case 4: AddRowSortedScores<4>(rows, r0, channels, v.data(), i1 - i0, q, d_, scores, ld); break;
-    default:
-      AddEntryProductsAnyNq(rows, r0, channels, 0, v.data(), i1 - i0, q, d_, n_q, scores, ld);
-  }
+  AddEntryProductsAnyNq(rows_.data() + i0, r0, channels_.data() + i0, 0, v.data(), i1 - i0, q,
+                        d_, n_q, scores, ld);
 }
 
 void SparseOutliers::AddAccumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld,
