@@ -84,6 +84,17 @@ void Attend(const KvCache& cache, int layer, const AttentionChunk& chunk, float*
   }
   std::vector<SoftmaxState> states(items.size());
 
+  // The chunk's own keys and values, one contiguous block of rows per KV head, so that the
+  // fresh part is read with the same tile kernels as a cache: [n_kv, n_rows, d] each.
+  const size_t head_block = static_cast<size_t>(chunk.n_rows) * d;
+  std::vector<float> fresh_k(n_kv * head_block), fresh_v(n_kv * head_block);
+  for (int64_t t = 0; t < chunk.n_rows; ++t) {
+    for (int g = 0; g < n_kv; ++g) {
+      std::copy_n(chunk.k + (t * n_kv + g) * d, d, &fresh_k[g * head_block + t * d]);
+      std::copy_n(chunk.v + (t * n_kv + g) * d, d, &fresh_v[g * head_block + t * d]);
+    }
+  }
+
   pool->ParallelFor(static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end, int) {
     std::vector<float> qbuf, sbuf;
     for (int64_t w = begin; w < end; ++w) {
@@ -109,26 +120,25 @@ void Attend(const KvCache& cache, int layer, const AttentionChunk& chunk, float*
         values.Accumulate(it.kv_head, sbuf.data(), n_q, t0, t1, st.acc.data());
       }
       if (!it.fresh) continue;
-      // The chunk's own tokens 0..row1-1, full precision, causal mask.
+      // The chunk's own tokens 0..row1-1, full precision, causal mask: row r's query heads
+      // (a GQA group) see the first row0 + r + 1 of them.
       const int64_t n = it.row1;
+      const float* kg = &fresh_k[it.kv_head * head_block];
+      const float* vg = &fresh_v[it.kv_head * head_block];
       sbuf.resize(static_cast<size_t>(n_q) * n);
       for (int64_t r = 0; r < n_rows; ++r) {
+        const int64_t visible = it.row0 + r + 1;
+        float* s_r = &sbuf[r * n_rep * n];
+        DotTileF32(kg, visible, d, &qbuf[r * n_rep * d], n_rep, s_r, n);
         for (int j = 0; j < n_rep; ++j) {
-          const int qi = static_cast<int>(r * n_rep + j);
-          float* srow = &sbuf[qi * n];
-          for (int64_t t = 0; t < n; ++t) {
-            srow[t] = t <= it.row0 + r
-                          ? DotF32(&qbuf[qi * d], chunk.k + (t * n_kv + it.kv_head) * d, d)
-                          : -std::numeric_limits<float>::infinity();
-          }
+          std::fill(s_r + j * n + visible, s_r + (j + 1) * n,
+                    -std::numeric_limits<float>::infinity());
         }
       }
       FoldTile(st, sbuf.data(), n_q, n, d);
-      for (int qi = 0; qi < n_q; ++qi) {
-        const int64_t r = qi / n_rep;
-        for (int64_t t = 0; t <= it.row0 + r; ++t) {
-          AxpyF32(sbuf[qi * n + t], chunk.v + (t * n_kv + it.kv_head) * d, &st.acc[qi * d], d);
-        }
+      for (int64_t r = 0; r < n_rows; ++r) {
+        AxpyRowsF32(&sbuf[r * n_rep * n], n_rep, n, vg, it.row0 + r + 1, d,
+                    &st.acc[r * n_rep * d]);
       }
     }
   });
