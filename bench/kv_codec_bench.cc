@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kv/attention.h"
 #include "kv/codec_registry.h"
 #include "kv/component_store.h"
 #include "kv/spec.h"
@@ -56,12 +57,13 @@ void BM_ScoresAccumulate(benchmark::State& state, const std::string& spec_text) 
   }
   std::vector<float> q(kGroup * kDim), out(kGroup * kDim);
   for (auto& x : q) x = g(rng);
-  std::vector<float> scores(kGroup * 128);
+  const int64_t tile = AttentionTileTokens(kGroup);  // as attention calls the codecs
+  std::vector<float> scores(kGroup * tile);
   for (auto _ : state) {
     for (int l = 0; l < n_layers; ++l) {
       for (int h = 0; h < kHeads; ++h) {
-        for (int64_t t0 = 0; t0 < depth; t0 += 128) {
-          const int64_t t1 = std::min(depth, t0 + 128);
+        for (int64_t t0 = 0; t0 < depth; t0 += tile) {
+          const int64_t t1 = std::min(depth, t0 + tile);
           keys[l]->Scores(h, q.data(), kGroup, t0, t1, scores.data());
           // Probabilities stand-in: the scores themselves (the work does not depend on values).
           values[l]->Accumulate(h, scores.data(), kGroup, t0, t1, out.data());

@@ -10,7 +10,6 @@
 namespace kvpack {
 namespace {
 
-constexpr int64_t kTile = 128;          // cached tokens scored per Scores/Accumulate call
 constexpr int64_t kRowBlock = 16;       // query rows per work item
 constexpr int64_t kMinSegment = 512;    // shortest token segment worth its own work item
 
@@ -55,6 +54,11 @@ struct WorkItem {
 };
 
 }  // namespace
+
+int64_t AttentionTileTokens(int n_q) {
+  constexpr int64_t kTileScores = 3072, kMinTile = 128;
+  return std::max<int64_t>(kMinTile, kTileScores / std::max(n_q, 1));
+}
 
 void Attend(const KvCache& cache, int layer, const AttentionChunk& chunk, float* out,
             ThreadPool* pool) {
@@ -112,8 +116,9 @@ void Attend(const KvCache& cache, int layer, const AttentionChunk& chunk, float*
       }
       SoftmaxState& st = states[w];
       st.Reset(n_q, d);
-      for (int64_t t0 = it.t0; t0 < it.t1; t0 += kTile) {
-        const int64_t t1 = std::min(it.t1, t0 + kTile), n = t1 - t0;
+      const int64_t tile = AttentionTileTokens(n_q);
+      for (int64_t t0 = it.t0; t0 < it.t1; t0 += tile) {
+        const int64_t t1 = std::min(it.t1, t0 + tile), n = t1 - t0;
         sbuf.resize(static_cast<size_t>(n_q) * n);
         keys.Scores(it.kv_head, qbuf.data(), n_q, t0, t1, sbuf.data());
         FoldTile(st, sbuf.data(), n_q, n, d);

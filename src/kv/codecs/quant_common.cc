@@ -10,6 +10,7 @@
 #include "ops/code_dot.h"
 #include "ops/code_dot_i8.h"
 #include "ops/code_unpack.h"
+#include "ops/packed_dot_i8.h"
 #include "ops/vec.h"
 
 namespace kvpack {
@@ -337,10 +338,23 @@ void TokenGroupRows::ScoresInteger(int64_t r0, const int64_t* rows, int64_t n_se
   const int g0 = c0 / group_;
   const int ng = (n + group_ - 1) / group_;  // groups of the window
   PrepareGroupedQueryI8(q, n_q, n, group_, t);
+  // Consecutive whole rows with one group each: the dots come from the packed rows.
+  const bool packed = rows == nullptr && c0 == 0 && n == row_len_ && ng == 1;
+  if (packed) {
+    t.qp.resize(static_cast<size_t>(n_q) * n);
+    ArrangeQueryForPacked(t.q8.data(), n_q, n, bits_, t.qp.data());
+  }
   for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
     const int64_t k1 = std::min(n_sel, k0 + kTileRows), m = k1 - k0;
-    UnpackSelected(r0, rows, k0, k1, c0, n, t.tile_codes.data());
     TileParams(r0, rows, k0, k1, g0, ng, t);
+    if (packed) {
+      DotPackedRowsI8(&codes_[(r0 + k0) * row_bytes_], m, row_bytes_, n, bits_, t.q8.data(),
+                      t.qp.data(), n_q, t.dots.data(), kTileRows);
+      CombineCodeDots(t.dots.data(), t.gscale.data(), t.gmin.data(), kTileRows, m, n_q, 1,
+                      t.alpha.data(), t.qm.data(), scores + col0 + k0, ld);
+      continue;
+    }
+    UnpackSelected(r0, rows, k0, k1, c0, n, t.tile_codes.data());
     ScoreGroupedTileI8(t.tile_codes.data(), m, n, group_, n_q, t, scores + col0 + k0, ld);
   }
 }
@@ -498,18 +512,22 @@ void ChannelBlocks::Scores(int64_t r0, int64_t r1, const float* q, int n_q, floa
       for (int c = 0; c < d_; ++c) qs[c] = q[i * d_ + c] * t.scale[c];
       t.qm[i] = DotF32(q + i * d_, t.min.data(), d_);
     }
+    if (integer) {
+      t.qp.resize(static_cast<size_t>(n_q) * d_);
+      ArrangeQueryForPacked(t.q8.data(), n_q, d_, bits_, t.qp.data());
+    }
     for (int64_t a = bs; a < be; a += kTileRows) {
       const int64_t e = std::min(be, a + kTileRows), m = e - a;
-      UnpackTile(a, e, t.tile_codes.data());
       float* sc = scores + col0 + (a - r0);
-      if (integer) {
-        DotCodeRowsI8(t.tile_codes.data(), m, d_, d_, d_, t.q8.data(), n_q, t.dots.data(),
-                      kTileRows);
+      if (integer) {  // straight from the packed rows
+        DotPackedRowsI8(&codes_[a * row_bytes_], m, row_bytes_, d_, bits_, t.q8.data(),
+                        t.qp.data(), n_q, t.dots.data(), kTileRows);
         // One group with unit "scale" and "min": alpha * dot + q . min.
         CombineCodeDots(t.dots.data(), t.ones.data(), t.ones.data(), kTileRows, m, n_q, 1,
                         t.alpha.data(), t.qm.data(), sc, ld);
         continue;
       }
+      UnpackTile(a, e, t.tile_codes.data());
       DotCodeRows(t.tile_codes.data(), m, d_, d_, t.qs.data(), n_q, sc, ld);
       for (int i = 0; i < n_q; ++i) {
         for (int64_t k = 0; k < m; ++k) sc[i * ld + k] += t.qm[i];

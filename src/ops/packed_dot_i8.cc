@@ -1,0 +1,195 @@
+// Highway-dispatched implementation of packed_dot_i8.h, compiled once per SIMD target
+// (foreach_target). The AVX-512 targets use raw intrinsics (Highway 1.0.3 has no u8 x i8 dot
+// product); every other target and shape unpacks the codes and calls DotCodeRowsI8.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/packed_dot_i8.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "ops/code_dot_i8.h"
+#include "ops/code_unpack.h"
+#include "ops/packed_dot_i8.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvpack {
+namespace HWY_NAMESPACE {
+
+// Rows [t0, t1): unpack a chunk of rows to one byte per code, then the unpacked kernel with
+// one group (the same integers as the fast path).
+void DotUnpackedRows(const uint8_t* rows, size_t t0, size_t t1, size_t row_bytes, size_t d,
+                     int bits, const int8_t* q, size_t n_q, int32_t* out, size_t ld) {
+  constexpr size_t kChunk = 64;
+  thread_local std::vector<uint8_t> codes;
+  codes.resize(kChunk * d);
+  for (size_t a = t0; a < t1; a += kChunk) {
+    const size_t e = std::min(t1, a + kChunk);
+    UnpackCodeRows(rows + a * row_bytes, nullptr, e - a, row_bytes, 0, d, bits, codes.data());
+    DotCodeRowsI8(codes.data(), e - a, d, d, d, q, n_q, out + a, ld);
+  }
+}
+
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// acc + four u8 x s8 products per 32-bit lane. vpmaddubsw's int16 pairs cannot saturate:
+// codes <= 15 and |q| <= 127 give at most 2 * 15 * 127.
+HWY_INLINE __m512i DotQuadsAdd(__m512i acc, __m512i codes, __m512i q) {
+  return _mm512_add_epi32(
+      acc, _mm512_madd_epi16(_mm512_maddubs_epi16(codes, q), _mm512_set1_epi16(1)));
+}
+
+// [a0 + a1, a2 + a3, ..., a14 + a15, b0 + b1, ..., b14 + b15]: adjacent lanes summed, order kept.
+HWY_INLINE __m512i PairSums(__m512i a, __m512i b) {
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b),
+                          _mm512_permutex2var_epi32(a, odd, b));
+}
+
+// Queries [i0, i0 + NQ) against rows [0, n_full) (a multiple of 16) whose packed form is W
+// 32-bit lanes (row_bytes = 4 W, 16 / W rows per 64-byte vector).
+template <int W, int kBits, int NQ>
+void QueriesOverRows(const uint8_t* rows, size_t n_full, const int8_t* qp, size_t d, size_t i0,
+                     int32_t* out, size_t ld) {
+  constexpr int k = 8 / kBits;  // codes per byte = shift steps
+  // The query of (i, s) repeated over the vector: lane u holds dword u % W of its segment.
+  __m512i qv[NQ][k];
+  const __m512i lane_of = _mm512_set_epi32(15 % W, 14 % W, 13 % W, 12 % W, 11 % W, 10 % W, 9 % W,
+                                           8 % W, 7 % W, 6 % W, 5 % W, 4 % W, 3 % W, 2 % W, 1 % W,
+                                           0);
+  for (int i = 0; i < NQ; ++i) {
+    for (int s = 0; s < k; ++s) {
+      const int8_t* seg = qp + (i0 + i) * d + s * (d / k);
+      const __m512i raw = _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << W) - 1), seg);
+      qv[i][s] = _mm512_permutexvar_epi32(lane_of, raw);
+    }
+  }
+  const __m512i mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));
+  for (size_t t0 = 0; t0 < n_full; t0 += 16) {
+    const uint8_t* block = rows + t0 * 4 * W;
+    __m512i acc[NQ][W];
+    for (int z = 0; z < W; ++z) {
+      const __m512i raw = _mm512_loadu_si512(block + 64 * z);
+      for (int i = 0; i < NQ; ++i) acc[i][z] = _mm512_setzero_si512();
+      for (int s = 0; s < k; ++s) {
+        // Byte j of lane m now holds the code of channel 4 k m + k j + s (the bits shifted in
+        // from the next byte are masked off).
+        const __m512i codes =
+            _mm512_and_si512(_mm512_srl_epi16(raw, _mm_cvtsi32_si128(kBits * s)), mask);
+        for (int i = 0; i < NQ; ++i) acc[i][z] = DotQuadsAdd(acc[i][z], codes, qv[i][s]);
+      }
+    }
+    for (int i = 0; i < NQ; ++i) {
+      for (int n = W; n > 1; n /= 2) {
+        for (int z = 0; z < n / 2; ++z) acc[i][z] = PairSums(acc[i][2 * z], acc[i][2 * z + 1]);
+      }
+      _mm512_storeu_si512(out + (i0 + i) * ld + t0, acc[i][0]);
+    }
+  }
+}
+
+// As many queries per pass as keep the accumulators (NQ x W) and the query vectors (NQ x k)
+// within AVX-512's 32 registers with room for the codes and constants.
+constexpr int QueriesPerPass(int w, int bits) {
+  const int q = 24 / (w + 8 / bits);
+  return q < 1 ? 1 : (q > 4 ? 4 : q);
+}
+
+template <int W, int kBits>
+void DotPackedFast(const uint8_t* rows, size_t n_full, const int8_t* qp, size_t d, size_t n_q,
+                   int32_t* out, size_t ld) {
+  constexpr int kQ = QueriesPerPass(W, kBits);
+  size_t i = 0;
+  for (; i + kQ <= n_q; i += kQ) QueriesOverRows<W, kBits, kQ>(rows, n_full, qp, d, i, out, ld);
+  for (; i < n_q; ++i) QueriesOverRows<W, kBits, 1>(rows, n_full, qp, d, i, out, ld);
+}
+
+// The fast path for rows [0, n_full) when the shape has one; returns the rows it did.
+size_t DotPackedAvx512(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d, int bits,
+                       const int8_t* qp, size_t n_q, int32_t* out, size_t ld) {
+  if ((bits != 2 && bits != 4) || row_bytes * 8 != d * static_cast<size_t>(bits)) return 0;
+  const size_t n_full = n_rows / 16 * 16;
+  if (n_full == 0) return 0;
+  const bool two = bits == 2;
+  switch (row_bytes) {
+    case 16:
+      two ? DotPackedFast<4, 2>(rows, n_full, qp, d, n_q, out, ld)
+          : DotPackedFast<4, 4>(rows, n_full, qp, d, n_q, out, ld);
+      return n_full;
+    case 32:
+      two ? DotPackedFast<8, 2>(rows, n_full, qp, d, n_q, out, ld)
+          : DotPackedFast<8, 4>(rows, n_full, qp, d, n_q, out, ld);
+      return n_full;
+    case 64:
+      two ? DotPackedFast<16, 2>(rows, n_full, qp, d, n_q, out, ld)
+          : DotPackedFast<16, 4>(rows, n_full, qp, d, n_q, out, ld);
+      return n_full;
+    default:
+      return 0;
+  }
+}
+#endif
+
+void DotPackedRowsI8Impl(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d, int bits,
+                         const int8_t* q, const int8_t* qp, size_t n_q, int32_t* out, size_t ld) {
+  size_t done = 0;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  done = DotPackedAvx512(rows, n_rows, row_bytes, d, bits, qp, n_q, out, ld);
+#else
+  (void)qp;
+#endif
+  if (done < n_rows) DotUnpackedRows(rows, done, n_rows, row_bytes, d, bits, q, n_q, out, ld);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kvpack
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kvpack {
+HWY_EXPORT(DotPackedRowsI8Impl);
+
+void ArrangeQueryForPacked(const int8_t* q, size_t n_q, size_t d, int bits, int8_t* qp) {
+  const size_t k = bits > 0 ? 8 / static_cast<size_t>(bits) : 0;
+  if ((bits != 2 && bits != 4) || d % (4 * k) != 0) {
+    std::copy_n(q, n_q * d, qp);
+    return;
+  }
+  for (size_t i = 0; i < n_q; ++i) {
+    for (size_t m = 0; m < d / (4 * k); ++m) {
+      for (size_t j = 0; j < 4; ++j) {
+        for (size_t s = 0; s < k; ++s) {
+          qp[i * d + s * (d / k) + 4 * m + j] = q[i * d + 4 * k * m + k * j + s];
+        }
+      }
+    }
+  }
+}
+
+void DotPackedRowsI8(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d, int bits,
+                     const int8_t* q, const int8_t* qp, size_t n_q, int32_t* out, size_t ld) {
+  HWY_DYNAMIC_DISPATCH(DotPackedRowsI8Impl)(rows, n_rows, row_bytes, d, bits, q, qp, n_q, out, ld);
+}
+
+void DotPackedRowsI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d, int bits,
+                        const int8_t* q, size_t n_q, int32_t* out, size_t ld) {
+  for (size_t i = 0; i < n_q; ++i) {
+    for (size_t t = 0; t < n_rows; ++t) {
+      const uint8_t* row = rows + t * row_bytes;
+      int64_t acc = 0;
+      for (size_t c = 0; c < d; ++c) {
+        int code = 0;
+        for (int b = 0; b < bits; ++b) {
+          const size_t bit = c * bits + b;
+          code |= ((row[bit / 8] >> (bit % 8)) & 1) << b;
+        }
+        acc += static_cast<int64_t>(q[i * d + c]) * code;
+      }
+      out[i * ld + t] = static_cast<int32_t>(acc);
+    }
+  }
+}
+
+}  // namespace kvpack
+#endif  // HWY_ONCE
