@@ -171,6 +171,34 @@ void AxpyCodeRowsWeightedImpl(const float* w, size_t n_q, size_t ld, const uint8
   }
 }
 
+void GroupWeightsAndMinSumsImpl(const float* p, size_t ldp, size_t n_q, const float* scale,
+                                const float* min, size_t lds, size_t ng, size_t m, float* w,
+                                size_t ldw, float* msum) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  for (size_t i = 0; i < n_q; ++i) {
+    const float* pi = p + i * ldp;
+    for (size_t g = 0; g < ng; ++g) {
+      const float* sc = scale + g * lds;
+      const float* mn = min + g * lds;
+      float* wi = w + (i * ng + g) * ldw;
+      auto acc = hn::Zero(d);
+      size_t k = 0;
+      for (; k + N <= m; k += N) {
+        const auto pk = hn::LoadU(d, pi + k);
+        hn::StoreU(hn::Mul(pk, hn::LoadU(d, sc + k)), d, wi + k);
+        acc = hn::MulAdd(pk, hn::LoadU(d, mn + k), acc);
+      }
+      float tail = 0.0f;
+      for (; k < m; ++k) {
+        wi[k] = pi[k] * sc[k];
+        tail += pi[k] * mn[k];
+      }
+      msum[i * ng + g] += hn::GetLane(hn::SumOfLanes(d, acc)) + tail;
+    }
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kvpack
 HWY_AFTER_NAMESPACE();
@@ -179,6 +207,28 @@ HWY_AFTER_NAMESPACE();
 namespace kvpack {
 HWY_EXPORT(DotCodeRowsImpl);
 HWY_EXPORT(AxpyCodeRowsWeightedImpl);
+HWY_EXPORT(GroupWeightsAndMinSumsImpl);
+
+void GroupWeightsAndMinSums(const float* p, size_t ldp, size_t n_q, const float* scale,
+                            const float* min, size_t lds, size_t ng, size_t m, float* w,
+                            size_t ldw, float* msum) {
+  HWY_DYNAMIC_DISPATCH(GroupWeightsAndMinSumsImpl)
+  (p, ldp, n_q, scale, min, lds, ng, m, w, ldw, msum);
+}
+void GroupWeightsAndMinSumsRef(const float* p, size_t ldp, size_t n_q, const float* scale,
+                               const float* min, size_t lds, size_t ng, size_t m, float* w,
+                               size_t ldw, float* msum) {
+  for (size_t i = 0; i < n_q; ++i) {
+    for (size_t g = 0; g < ng; ++g) {
+      double acc = 0.0;
+      for (size_t k = 0; k < m; ++k) {
+        w[(i * ng + g) * ldw + k] = p[i * ldp + k] * scale[g * lds + k];
+        acc += static_cast<double>(p[i * ldp + k]) * min[g * lds + k];
+      }
+      msum[i * ng + g] += static_cast<float>(acc);
+    }
+  }
+}
 
 void AxpyCodeRowsWeighted(const float* w, size_t n_q, size_t ld, const uint8_t* codes,
                           size_t n_rows, size_t row_stride, size_t d, size_t first, size_t group,

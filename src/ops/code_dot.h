@@ -36,6 +36,18 @@ void AxpyCodeRowsWeightedRef(const float* w, size_t n_q, size_t ld, const uint8_
                              size_t n_rows, size_t row_stride, size_t d, size_t first,
                              size_t group, float* out);
 
+// The weights and min sums of one tile of per-token groups (kv/codecs/quant_common.h), for
+// query row i, group g and row k < m:
+//   w[(i * ng + g) * ldw + k] = p[i * ldp + k] * scale[g * lds + k],
+//   msum[i * ng + g] += sum_k p[i * ldp + k] * min[g * lds + k].
+//   p: [n_q, ldp]; scale, min: [ng, lds]; w: [n_q, ng, ldw]; msum: [n_q, ng].
+void GroupWeightsAndMinSums(const float* p, size_t ldp, size_t n_q, const float* scale,
+                            const float* min, size_t lds, size_t ng, size_t m, float* w,
+                            size_t ldw, float* msum);
+void GroupWeightsAndMinSumsRef(const float* p, size_t ldp, size_t n_q, const float* scale,
+                               const float* min, size_t lds, size_t ng, size_t m, float* w,
+                               size_t ldw, float* msum);
+
 }  // namespace kvpack
 
 #endif  // KVPACK_OPS_CODE_DOT_H_

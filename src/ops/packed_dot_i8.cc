@@ -131,6 +131,68 @@ size_t DotPackedAvx512(const uint8_t* rows, size_t n_rows, size_t row_bytes, siz
 }
 #endif
 
+void ArrangeQueryScalar(const int8_t* q, size_t n_q, size_t d, int bits, int8_t* qp) {
+  const size_t k = bits > 0 ? 8 / static_cast<size_t>(bits) : 0;
+  if ((bits != 2 && bits != 4) || d % (4 * k) != 0) {
+    std::copy_n(q, n_q * d, qp);
+    return;
+  }
+  // The source channel of each position, built once per (d, bits) and thread (KIVI arranges
+  // a query for every key block of R tokens, so the index arithmetic must not be redone).
+  thread_local std::vector<uint16_t> from;
+  thread_local size_t from_d = 0;
+  thread_local int from_bits = 0;
+  if (from_d != d || from_bits != bits) {
+    from.resize(d);
+    for (size_t m = 0; m < d / (4 * k); ++m) {
+      for (size_t j = 0; j < 4; ++j) {
+        for (size_t s = 0; s < k; ++s) {
+          from[s * (d / k) + 4 * m + j] = static_cast<uint16_t>(4 * k * m + k * j + s);
+        }
+      }
+    }
+    from_d = d;
+    from_bits = bits;
+  }
+  for (size_t i = 0; i < n_q; ++i) {
+    const int8_t* src = q + i * d;
+    int8_t* dst = qp + i * d;
+    for (size_t c = 0; c < d; ++c) dst[c] = src[from[c]];
+  }
+}
+
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// d = 64: one vector per query row. A byte shuffle inside each 128-bit block puts the four
+// bytes of each (m, s) dword together (block L, dword s' of it), then a dword permutation
+// moves them to their segment; see ArrangeQueryForPacked for the order.
+void ArrangeQuery64(const int8_t* q, size_t n_q, int bits, int8_t* qp) {
+  __m512i shuffle, order;
+  if (bits == 2) {  // block m holds channels 16m..16m+15; dword s of it = (m, s)
+    shuffle = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+    order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  } else {  // block L holds m = 2L, 2L + 1; dword 2s + h of it = (2L + h, s)
+    shuffle = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    order = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  }
+  for (size_t i = 0; i < n_q; ++i) {
+    const __m512i v = _mm512_shuffle_epi8(_mm512_loadu_si512(q + i * 64), shuffle);
+    _mm512_storeu_si512(qp + i * 64, _mm512_permutexvar_epi32(order, v));
+  }
+}
+#endif
+
+void ArrangeQueryForPackedImpl(const int8_t* q, size_t n_q, size_t d, int bits, int8_t* qp) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if (d == 64 && (bits == 2 || bits == 4)) {
+    ArrangeQuery64(q, n_q, bits, qp);
+    return;
+  }
+#endif
+  ArrangeQueryScalar(q, n_q, d, bits, qp);
+}
+
 void DotPackedRowsI8Impl(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d, int bits,
                          const int8_t* q, const int8_t* qp, size_t n_q, int32_t* out, size_t ld) {
   size_t done = 0;
@@ -149,22 +211,10 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace kvpack {
 HWY_EXPORT(DotPackedRowsI8Impl);
+HWY_EXPORT(ArrangeQueryForPackedImpl);
 
 void ArrangeQueryForPacked(const int8_t* q, size_t n_q, size_t d, int bits, int8_t* qp) {
-  const size_t k = bits > 0 ? 8 / static_cast<size_t>(bits) : 0;
-  if ((bits != 2 && bits != 4) || d % (4 * k) != 0) {
-    std::copy_n(q, n_q * d, qp);
-    return;
-  }
-  for (size_t i = 0; i < n_q; ++i) {
-    for (size_t m = 0; m < d / (4 * k); ++m) {
-      for (size_t j = 0; j < 4; ++j) {
-        for (size_t s = 0; s < k; ++s) {
-          qp[i * d + s * (d / k) + 4 * m + j] = q[i * d + 4 * k * m + k * j + s];
-        }
-      }
-    }
-  }
+  HWY_DYNAMIC_DISPATCH(ArrangeQueryForPackedImpl)(q, n_q, d, bits, qp);
 }
 
 void DotPackedRowsI8(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d, int bits,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 namespace kvpack {
 namespace {
@@ -39,6 +40,44 @@ TEST(CodeDot, DotCodeRowsMatchesTheTwin) {
       }
     }
   }
+}
+
+TEST(CodeDot, GroupWeightsAndMinSumsMatchTheTwinOnEveryTarget) {
+  // Weights are one product each: equal bit for bit. Min sums: the summation bound above,
+  // on top of the value msum held before the call. Nothing past row m is written.
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::mt19937 rng(2);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (size_t m : {1, 5, 15, 16, 17, 33, 64}) {
+      for (size_t ng : {1, 2, 3}) {
+        for (size_t n_q : {1, 3, 5}) {
+          const size_t ldp = m + 3, lds = 64 + 16, ldw = 64 + 2;
+          std::vector<float> p(n_q * ldp), scale(ng * lds), min(ng * lds);
+          for (auto& x : p) x = std::fabs(u(rng));
+          for (auto& x : scale) x = std::fabs(u(rng));
+          for (auto& x : min) x = u(rng);
+          std::vector<float> wa(n_q * ng * ldw, -7.0f), wb(wa);
+          std::vector<float> ma(n_q * ng, 0.25f), mb(ma);
+          GroupWeightsAndMinSums(p.data(), ldp, n_q, scale.data(), min.data(), lds, ng, m,
+                                 wa.data(), ldw, ma.data());
+          GroupWeightsAndMinSumsRef(p.data(), ldp, n_q, scale.data(), min.data(), lds, ng, m,
+                                    wb.data(), ldw, mb.data());
+          ASSERT_EQ(wa, wb) << hwy::TargetName(target) << " m " << m << " ng " << ng;
+          for (size_t i = 0; i < n_q; ++i) {
+            for (size_t g = 0; g < ng; ++g) {
+              double mag = 0.0;
+              for (size_t k = 0; k < m; ++k) mag += std::fabs(p[i * ldp + k] * min[g * lds + k]);
+              ASSERT_NEAR(ma[i * ng + g], mb[i * ng + g],
+                          (m + 1) * std::ldexp(1.0, -23) * (mag + 0.25))
+                  << hwy::TargetName(target) << " m " << m << " ng " << ng;
+            }
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 }  // namespace

@@ -48,6 +48,34 @@ TEST(PackedDotI8, EqualsTheTwinExactlyOnEveryTarget) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+TEST(PackedDotI8, QueryArrangementFollowsItsDefinitionOnEveryTarget) {
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::mt19937 rng(5);
+    for (int bits : {2, 4}) {
+      const size_t k = 8 / bits;
+      for (size_t d : {8, 16, 24, 40, 64, 128}) {
+        const size_t n_q = 3;
+        std::vector<int8_t> q(n_q * d), qp(n_q * d, 0), want(n_q * d);
+        for (auto& x : q) x = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+        for (size_t i = 0; i < n_q; ++i) {
+          for (size_t c = 0; c < d; ++c) {
+            if (d % (4 * k) != 0) {
+              want[i * d + c] = q[i * d + c];  // not arrangeable: copied
+              continue;
+            }
+            const size_t s = c / (d / k), m = c % (d / k) / 4, j = c % 4;
+            want[i * d + c] = q[i * d + 4 * k * m + k * j + s];
+          }
+        }
+        ArrangeQueryForPacked(q.data(), n_q, d, bits, qp.data());
+        ASSERT_EQ(qp, want) << hwy::TargetName(target) << " bits " << bits << " d " << d;
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(PackedDotI8, TwinAgreesWithTheUnpackedKernelsTwin) {
   // The twin itself against DotCodeRowsI8Ref on codes written explicitly (not by the
   // packer under test): code c of a row sits at bits [c * bits, (c + 1) * bits).

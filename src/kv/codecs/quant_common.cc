@@ -222,15 +222,8 @@ void AccumulateGroupedTile(const uint8_t* codes, int64_t m, int n, int first, in
                            const float* p, int n_q, int64_t ld, CodeTileScratch& t, float* out) {
   const int ng = (first + n - 1) / group - first / group + 1;  // groups the window touches
   t.weights.resize(static_cast<size_t>(n_q) * ng * kTileRows);
-  for (int g = 0; g < ng; ++g) {
-    const float* sc = &t.gscale[g * kTileRows];
-    for (int i = 0; i < n_q; ++i) {
-      const float* pi = p + i * ld;
-      t.msum[i * ng + g] += DotF32(pi, &t.gmin[g * kTileRows], m);
-      float* w = &t.weights[(i * ng + g) * kTileRows];
-      for (int64_t k = 0; k < m; ++k) w[k] = pi[k] * sc[k];
-    }
-  }
+  GroupWeightsAndMinSums(p, ld, n_q, t.gscale.data(), t.gmin.data(), kTileRows, ng, m,
+                         t.weights.data(), kTileRows, t.msum.data());
   AxpyCodeRowsWeighted(t.weights.data(), n_q, kTileRows, codes, m, n, n, first, group, out);
 }
 
