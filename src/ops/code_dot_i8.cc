@@ -18,8 +18,6 @@ namespace kvpack {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-float QuantizeI8Impl(const float* x, size_t n, int8_t* q);
-
 // The portable loop: the scalar twin's arithmetic (exact integers), also the tail of the
 // SIMD path and the whole path on targets without one.
 void DotCodeRowsI8Scalar(const uint8_t* codes, size_t t0, size_t t1, size_t row_stride, size_t d,
@@ -189,26 +187,70 @@ void DotCodeRowsI8Impl(const uint8_t* codes, size_t n_rows, size_t row_stride, s
   DotCodeRowsI8Scalar(codes, done, n_rows, row_stride, d, group, q, n_q, out, ld);
 }
 
-float ScaleQuantizeI8Impl(const float* x, const float* scale, const float* min, size_t n, int8_t* q,
-                          float* xmin) {
-  thread_local std::vector<float> xs;  // x * scale, one head's row
-  if (xs.size() < n) xs.resize(n);
+// Phase by phase over the rows, so that one row's reductions overlap the next row's loads:
+// x * scale, dot(x, min) and max |x * scale| per row, then the scales, then the codes (the
+// arithmetic of QuantizeI8Impl, so the codes and alpha equal it bit for bit).
+void ScaleQuantizeI8Impl(const float* x, size_t n_q, const float* scale, const float* min,
+                         size_t n, int8_t* q, float* alpha, float* xmin) {
   const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<int8_t, decltype(df)> d8;
   const size_t N = hn::Lanes(df);
-  auto vdot = hn::Zero(df);
-  size_t i = 0;
-  for (; i + N <= n; i += N) {
-    const auto v = hn::LoadU(df, x + i);
-    hn::StoreU(hn::Mul(v, hn::LoadU(df, scale + i)), df, &xs[i]);
-    vdot = hn::MulAdd(v, hn::LoadU(df, min + i), vdot);
+  constexpr size_t kStackFloats = 1024;
+  HWY_ALIGN float stack[kStackFloats];
+  thread_local std::vector<float> heap;
+  float* xs = stack;  // [n_q, n] x * scale
+  if (n_q * n > kStackFloats) {
+    if (heap.size() < n_q * n) heap.resize(n_q * n);
+    xs = heap.data();
   }
-  float dot = hn::GetLane(hn::SumOfLanes(df, vdot));
-  for (; i < n; ++i) {
-    xs[i] = x[i] * scale[i];
-    dot += x[i] * min[i];
+  constexpr size_t kMaxRows = 16;
+  float inv[kMaxRows];
+  for (size_t r0 = 0; r0 < n_q; r0 += kMaxRows) {
+    const size_t r1 = std::min(n_q, r0 + kMaxRows);
+    for (size_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * n;
+      float* xsr = xs + r * n;
+      auto vdot = hn::Zero(df), vmax = hn::Zero(df);
+      size_t i = 0;
+      for (; i + N <= n; i += N) {
+        const auto v = hn::LoadU(df, xr + i);
+        const auto vs = hn::Mul(v, hn::LoadU(df, scale + i));
+        hn::StoreU(vs, df, xsr + i);
+        vmax = hn::Max(vmax, hn::Abs(vs));
+        vdot = hn::MulAdd(v, hn::LoadU(df, min + i), vdot);
+      }
+      float dot = hn::GetLane(hn::SumOfLanes(df, vdot));
+      float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
+      for (; i < n; ++i) {
+        xsr[i] = xr[i] * scale[i];
+        amax = std::max(amax, std::fabs(xsr[i]));
+        dot += xr[i] * min[i];
+      }
+      xmin[r] = dot;
+      alpha[r] = amax > 0.0f ? amax / 127.0f : 0.0f;
+      inv[r - r0] = amax > 0.0f ? 127.0f / amax : 0.0f;
+    }
+    for (size_t r = r0; r < r1; ++r) {
+      const float* xsr = xs + r * n;
+      int8_t* qr = q + r * n;
+      if (!(inv[r - r0] > 0.0f)) {  // max |x * scale| is 0 (or NaN)
+        std::fill(qr, qr + n, int8_t{0});
+        continue;
+      }
+      const float ir = inv[r - r0];
+      const auto vinv = hn::Set(df, ir);
+      const auto lo = hn::Set(di, -127), hi = hn::Set(di, 127);
+      size_t i = 0;
+      for (; i + N <= n; i += N) {
+        const auto v = hn::Mul(hn::LoadU(df, xsr + i), vinv);
+        hn::StoreU(hn::DemoteTo(d8, hn::Min(hn::Max(hn::NearestInt(v), lo), hi)), d8, qr + i);
+      }
+      for (; i < n; ++i) {
+        qr[i] = static_cast<int8_t>(std::clamp(std::nearbyint(xsr[i] * ir), -127.0f, 127.0f));
+      }
+    }
   }
-  *xmin = dot;
-  return QuantizeI8Impl(xs.data(), n, q);
 }
 
 float QuantizeI8Impl(const float* x, size_t n, int8_t* q) {
@@ -275,9 +317,9 @@ HWY_EXPORT(DotCodeRowsI8Impl);
 HWY_EXPORT(QuantizeI8Impl);
 HWY_EXPORT(ScaleQuantizeI8Impl);
 
-float ScaleQuantizeI8(const float* x, const float* scale, const float* min, size_t n, int8_t* q,
-                      float* xmin) {
-  return HWY_DYNAMIC_DISPATCH(ScaleQuantizeI8Impl)(x, scale, min, n, q, xmin);
+void ScaleQuantizeI8(const float* x, size_t n_q, const float* scale, const float* min, size_t n,
+                     int8_t* q, float* alpha, float* xmin) {
+  HWY_DYNAMIC_DISPATCH(ScaleQuantizeI8Impl)(x, n_q, scale, min, n, q, alpha, xmin);
 }
 HWY_EXPORT(CombineCodeDotsImpl);
 

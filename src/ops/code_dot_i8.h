@@ -27,10 +27,12 @@ namespace kvpack {
 float QuantizeI8(const float* x, size_t n, int8_t* q);
 float QuantizeI8Ref(const float* x, size_t n, int8_t* q);
 
-// QuantizeI8 of x * scale (elementwise, the per-channel scales of a key block folded into the
-// query) in one pass; also returns dot(x, min) in *xmin.  x, scale, min: [n]; q: [n].
-float ScaleQuantizeI8(const float* x, const float* scale, const float* min, size_t n, int8_t* q,
-                      float* xmin);
+// QuantizeI8 of each row of x times scale (elementwise, the per-channel scales of a key
+// block folded into the query), n_q rows in one call (their dependency chains, a horizontal
+// max and a division each, overlap): alpha[i] = QuantizeI8(x_i * scale, q_i), and
+// xmin[i] = dot(x_i, min).  x, q: [n_q, n]; scale, min: [n]; alpha, xmin: [n_q].
+void ScaleQuantizeI8(const float* x, size_t n_q, const float* scale, const float* min, size_t n,
+                     int8_t* q, float* alpha, float* xmin);
 
 // Per query row i, group g of `group` consecutive channels (the last may be shorter) and row t:
 //   out[(i * n_groups + g) * ld + t] = sum_{c in g} q[i * d + c] * codes[t * row_stride + c]

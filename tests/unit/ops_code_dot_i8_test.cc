@@ -74,28 +74,42 @@ TEST(CodeDotI8, QuantizerKeepsItsBoundAndMatchesTheTwin) {
 }
 
 TEST(CodeDotI8, ScaleQuantizeEqualsScalingThenQuantizing) {
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
-  for (size_t n : {5, 16, 64, 80, 300}) {
-    std::vector<float> x(n), s(n), m(n), xs(n);
-    for (size_t i = 0; i < n; ++i) {
-      x[i] = u(rng);
-      s[i] = std::fabs(u(rng));
-      m[i] = u(rng);
-      xs[i] = x[i] * s[i];
+  // Several rows in one call (the rows' phases are interleaved): each row's codes and scale
+  // equal quantizing x * scale on its own, on every target; a zero row stays zero.
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    for (size_t n : {5, 16, 64, 80, 300}) {
+      for (size_t n_q : {1, 3, 17}) {
+        std::vector<float> x(n_q * n), s(n), m(n), xs(n_q * n);
+        for (auto& v : x) v = u(rng);
+        for (size_t i = 0; i < n; ++i) {
+          s[i] = std::fabs(u(rng));
+          m[i] = u(rng);
+        }
+        if (n_q > 1) std::fill(x.begin() + n, x.begin() + 2 * n, 0.0f);  // row 1: zero
+        for (size_t r = 0; r < n_q; ++r) {
+          for (size_t i = 0; i < n; ++i) xs[r * n + i] = x[r * n + i] * s[i];
+        }
+        std::vector<int8_t> a(n_q * n), b(n_q * n);
+        std::vector<float> alpha(n_q), dot(n_q);
+        ScaleQuantizeI8(x.data(), n_q, s.data(), m.data(), n, a.data(), alpha.data(), dot.data());
+        for (size_t r = 0; r < n_q; ++r) {
+          EXPECT_EQ(alpha[r], QuantizeI8Ref(&xs[r * n], n, &b[r * n]))
+              << hwy::TargetName(target) << " n " << n << " row " << r;
+          double ref = 0.0, mag = 0.0;
+          for (size_t i = 0; i < n; ++i) {
+            ref += static_cast<double>(x[r * n + i]) * m[i];
+            mag += std::fabs(x[r * n + i] * m[i]);
+          }
+          EXPECT_NEAR(dot[r], ref, n * std::ldexp(1.0, -23) * mag);
+        }
+        EXPECT_EQ(a, b) << hwy::TargetName(target) << " n " << n << " n_q " << n_q;
+      }
     }
-    std::vector<int8_t> a(n), b(n);
-    float dot = 0.0f;
-    const float alpha = ScaleQuantizeI8(x.data(), s.data(), m.data(), n, a.data(), &dot);
-    EXPECT_EQ(alpha, QuantizeI8Ref(xs.data(), n, b.data()));
-    EXPECT_EQ(a, b);
-    double ref = 0.0, mag = 0.0;
-    for (size_t i = 0; i < n; ++i) {
-      ref += static_cast<double>(x[i]) * m[i];
-      mag += std::fabs(x[i] * m[i]);
-    }
-    EXPECT_NEAR(dot, ref, n * std::ldexp(1.0, -23) * mag);
   }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 TEST(CodeDotI8, CombineMatchesTheTwinAndIgnoresTilePosition) {

@@ -495,19 +495,17 @@ void ChannelBlocks::Scores(int64_t r0, int64_t r1, const float* q, int n_q, floa
     const int64_t be = std::min(r1, b + 1 < n_blocks() ? block_start_[b + 1] : n_rows_);
     ConvertF16ToF32(&params_[b * 2 * d_], t.scale.data(), d_);
     ConvertF16ToF32(&params_[b * 2 * d_ + d_], t.min.data(), d_);
-    for (int i = 0; i < n_q; ++i) {
-      if (integer) {
-        t.alpha[i] =
-            ScaleQuantizeI8(q + i * d_, t.scale.data(), t.min.data(), d_, &t.q8[i * d_], &t.qm[i]);
-        continue;
-      }
-      float* qs = &t.qs[i * d_];
-      for (int c = 0; c < d_; ++c) qs[c] = q[i * d_ + c] * t.scale[c];
-      t.qm[i] = DotF32(q + i * d_, t.min.data(), d_);
-    }
     if (integer) {
+      ScaleQuantizeI8(q, n_q, t.scale.data(), t.min.data(), d_, t.q8.data(), t.alpha.data(),
+                      t.qm.data());
       t.qp.resize(static_cast<size_t>(n_q) * d_);
       ArrangeQueryForPacked(t.q8.data(), n_q, d_, bits_, t.qp.data());
+    } else {
+      for (int i = 0; i < n_q; ++i) {
+        float* qs = &t.qs[i * d_];
+        for (int c = 0; c < d_; ++c) qs[c] = q[i * d_ + c] * t.scale[c];
+        t.qm[i] = DotF32(q + i * d_, t.min.data(), d_);
+      }
     }
     for (int64_t a = bs; a < be; a += kTileRows) {
       const int64_t e = std::min(be, a + kTileRows), m = e - a;
