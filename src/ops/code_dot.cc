@@ -171,6 +171,8 @@ void AxpyCodeRowsWeightedImpl(const float* w, size_t n_q, size_t ld, const uint8
   }
 }
 
+bool UsesAvx512Impl() { return HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL; }
+
 void GroupWeightsAndMinSumsImpl(const float* p, size_t ldp, size_t n_q, const float* scale,
                                 const float* min, size_t lds, size_t ng, size_t m, float* w,
                                 size_t ldw, float* msum) {
@@ -208,6 +210,9 @@ namespace kvpack {
 HWY_EXPORT(DotCodeRowsImpl);
 HWY_EXPORT(AxpyCodeRowsWeightedImpl);
 HWY_EXPORT(GroupWeightsAndMinSumsImpl);
+HWY_EXPORT(UsesAvx512Impl);
+
+bool CodeKernelsUseAvx512() { return HWY_DYNAMIC_DISPATCH(UsesAvx512Impl)(); }
 
 void GroupWeightsAndMinSums(const float* p, size_t ldp, size_t n_q, const float* scale,
                             const float* min, size_t lds, size_t ng, size_t m, float* w,

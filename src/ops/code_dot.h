@@ -36,6 +36,12 @@ void AxpyCodeRowsWeightedRef(const float* w, size_t n_q, size_t ld, const uint8_
                              size_t n_rows, size_t row_stride, size_t d, size_t first,
                              size_t group, float* out);
 
+// Whether runtime dispatch runs these kernels on an AVX-512 target (as the CPU and any
+// hwy::SetSupportedTargetsForTest allow): the kernels outside Highway's targets (the
+// AVX512-VNNI value kernel of ops/code_dot_i16.h) follow the same choice. One indirect call,
+// no CPUID.
+bool CodeKernelsUseAvx512();
+
 // The weights and min sums of one tile of per-token groups (kv/codecs/quant_common.h), for
 // query row i, group g and row k < m:
 //   w[(i * ng + g) * ldw + k] = p[i * ldp + k] * scale[g * lds + k],

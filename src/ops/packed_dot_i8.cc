@@ -58,7 +58,9 @@ void QueriesOverRows(const uint8_t* rows, size_t n_full, const int8_t* qp, size_
   const __m512i lane_of = _mm512_set_epi32(15 % W, 14 % W, 13 % W, 12 % W, 11 % W, 10 % W, 9 % W,
                                            8 % W, 7 % W, 6 % W, 5 % W, 4 % W, 3 % W, 2 % W, 1 % W,
                                            0);
+#pragma GCC unroll 16
   for (int i = 0; i < NQ; ++i) {
+#pragma GCC unroll 16
     for (int s = 0; s < k; ++s) {
       const int8_t* seg = qp + (i0 + i) * d + s * (d / k);
       const __m512i raw = _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << W) - 1), seg);
@@ -69,19 +71,26 @@ void QueriesOverRows(const uint8_t* rows, size_t n_full, const int8_t* qp, size_
   for (size_t t0 = 0; t0 < n_full; t0 += 16) {
     const uint8_t* block = rows + t0 * 4 * W;
     __m512i acc[NQ][W];
+#pragma GCC unroll 16
     for (int z = 0; z < W; ++z) {
       const __m512i raw = _mm512_loadu_si512(block + 64 * z);
+#pragma GCC unroll 16
       for (int i = 0; i < NQ; ++i) acc[i][z] = _mm512_setzero_si512();
+#pragma GCC unroll 16
       for (int s = 0; s < k; ++s) {
         // Byte j of lane m now holds the code of channel 4 k m + k j + s (the bits shifted in
         // from the next byte are masked off).
         const __m512i codes =
             _mm512_and_si512(_mm512_srl_epi16(raw, _mm_cvtsi32_si128(kBits * s)), mask);
+#pragma GCC unroll 16
         for (int i = 0; i < NQ; ++i) acc[i][z] = DotQuadsAdd(acc[i][z], codes, qv[i][s]);
       }
     }
+#pragma GCC unroll 16
     for (int i = 0; i < NQ; ++i) {
+#pragma GCC unroll 16
       for (int n = W; n > 1; n /= 2) {
+#pragma GCC unroll 16
         for (int z = 0; z < n / 2; ++z) acc[i][z] = PairSums(acc[i][2 * z], acc[i][2 * z + 1]);
       }
       _mm512_storeu_si512(out + (i0 + i) * ld + t0, acc[i][0]);

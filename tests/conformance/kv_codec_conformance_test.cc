@@ -18,7 +18,7 @@
 
 #include <gtest/gtest.h>
 
-#include "kv_integer_key_bound.h"
+#include "kv_integer_bounds.h"
 
 #include "core/half.h"
 #include "kv/codec_registry.h"
@@ -54,9 +54,9 @@ std::string Str(const MethodSpec& s, const char* key, const char* fallback) {
   const std::string* v = s.Find(key);
   return v ? *v : fallback;
 }
-// Codecs whose 2- and 4-bit keys are scored with an int8 query (kv/codecs/quant_common.cc,
-// q4_0 in kv/codecs/ggml_block_codec.cc): their fused scores carry the query-quantization
-// term of kv_integer_key_bound.h.
+// Codecs whose 2- and 4-bit keys are scored with an int8 query and whose values of those
+// widths are accumulated with int16 weights (kv/codecs/quant_common.cc, q4_0 in
+// kv/codecs/ggml_block_codec.cc): their fused results carry the terms of kv_integer_bounds.h.
 bool IntegerKeys(const std::string& codec, const MethodSpec& s) {
   if (codec == "q4_0") return true;
   static const std::set<std::string> kQuantFamily = {"kivi", "flexgen", "kcvt", "hf", "gear", "gear-l"};
@@ -448,7 +448,7 @@ TEST_P(CodecConformance, FusedKernelsMatchDecode) {
           // Float summation of d products, possibly regrouped (scale factored out, min
           // term added separately): |err| <= c * d * eps * sum|q_i x_i| plus the rounding of
           // q*scale and q.min; 4 * d * 2^-24 * (mag + 1) covers both with margin.
-          // Plus, for 2/4-bit keys, the int8 query's term (derived in kv_integer_key_bound.h).
+          // Plus, for 2/4-bit keys, the int8 query's term (derived in kv_integer_bounds.h).
           const double tol = 4.0 * d() * 6e-8 * (mag + 1.0) +
                              (integer ? IntegerKeyScoreBound(&q[i * d()], d(), key_range) : 0.0);
           ASSERT_NEAR(scores[i * m + (t - t0)], ref, tol) << "tile " << t0 << ".." << t1;
@@ -465,7 +465,9 @@ TEST_P(CodecConformance, FusedKernelsMatchDecode) {
             ref += static_cast<double>(p[i * m + (t - t0)]) * dec[t * d() + c];
             mag += std::fabs(p[i * m + (t - t0)] * dec[t * d() + c]);
           }
-          const double tol = 4.0 * m * 6e-8 * (mag + 1.0);
+          // Plus, for 2/4-bit values, the int16 weights' term (kv_integer_bounds.h).
+          const double tol = 4.0 * m * 6e-8 * (mag + 1.0) +
+                             (integer ? IntegerValueBound(&p[i * m], m, key_range) : 0.0);
           ASSERT_NEAR(out[i * d() + c], ref, tol) << "tile " << t0 << ".." << t1;
         }
       }

@@ -14,7 +14,7 @@
 #include <Eigen/Dense>
 #include <gtest/gtest.h>
 
-#include "kv_integer_key_bound.h"
+#include "kv_integer_bounds.h"
 
 #include "core/half.h"
 #include "kv/attention.h"
@@ -429,7 +429,7 @@ TEST(GearRetainTest, PartlyEvictedBlocksAndSharedBuffer) {
     for (int64_t t = 0; t < 28; ++t) {
       double ref = 0.0;
       for (int c = 0; c < d; ++c) ref += q[i * d + c] * after0[t * d + c];
-      // The 2-bit backbone is scored with an int8 query (kv_integer_key_bound.h); its
+      // The 2-bit backbone is scored with an int8 query (kv_integer_bounds.h); its
       // groups span at most the data's spread.
       EXPECT_NEAR(scores[i * 28 + t], ref, 1e-4 + IntegerKeyScoreBound(&q[i * d], d, SpreadOf(x)));
     }

@@ -86,8 +86,8 @@ class GgmlBlockStore final : public ComponentStore {
       for (int64_t a = t0; a < t1; a += kTileRowsMax) {
         const int64_t e = std::min(t1, a + kTileRowsMax);
         Q4_0Tile(head, a, e, t);
-        AccumulateGroupedTile(t.tile_codes.data(), e - a, d, 0, 32, p + (a - t0), n_q, t1 - t0,
-                              t, out);
+        AccumulateGroupedTile(t.tile_codes.data(), e - a, d, 0, 32, /*bits=*/4, p + (a - t0), n_q,
+                              t1 - t0, t, out);
       }
       AddGroupedMinSums(n_q, d, 0, 32, t, out);
       return;

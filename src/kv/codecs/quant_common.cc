@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/half.h"
 #include "ops/code_dot.h"
+#include "ops/code_dot_i16.h"
 #include "ops/code_dot_i8.h"
 #include "ops/code_unpack.h"
 #include "ops/packed_dot_i8.h"
@@ -179,6 +180,10 @@ static_assert(kTileRows % kCombinePad == 0, "CombineCodeDots reads whole vectors
 // int8 per (query row, key block). 8-bit codes keep the float kernels: an int8 query would
 // add an error as large as the codes' own.
 bool UseIntegerKeys(int bits) { return bits <= 4; }
+// Values of the same codecs take int16 weights (ops/code_dot_i16.h, where the CPU has the
+// kernel): 2^-16 of a tile's largest weight per unit of code, far below the 2- and 4-bit
+// codes' own error; 8-bit codes keep float weights.
+bool UseIntegerValues(int bits) { return bits <= 4; }
 
 }  // namespace
 
@@ -219,12 +224,17 @@ void ScoreGroupedTileI8(const uint8_t* codes, int64_t m, int n, int group, int n
 }
 
 void AccumulateGroupedTile(const uint8_t* codes, int64_t m, int n, int first, int group,
-                           const float* p, int n_q, int64_t ld, CodeTileScratch& t, float* out) {
+                           int bits, const float* p, int n_q, int64_t ld, CodeTileScratch& t,
+                           float* out) {
   const int ng = (first + n - 1) / group - first / group + 1;  // groups the window touches
   t.weights.resize(static_cast<size_t>(n_q) * ng * kTileRows);
   GroupWeightsAndMinSums(p, ld, n_q, t.gscale.data(), t.gmin.data(), kTileRows, ng, m,
                          t.weights.data(), kTileRows, t.msum.data());
-  AxpyCodeRowsWeighted(t.weights.data(), n_q, kTileRows, codes, m, n, n, first, group, out);
+  if (UseIntegerValues(bits)) {
+    AxpyCodeRowsWeightedI16(t.weights.data(), n_q, kTileRows, codes, m, n, n, first, group, out);
+  } else {
+    AxpyCodeRowsWeighted(t.weights.data(), n_q, kTileRows, codes, m, n, n, first, group, out);
+  }
 }
 
 void AddGroupedMinSums(int n_q, int n, int first, int group, const CodeTileScratch& t, float* out) {
@@ -390,7 +400,8 @@ void TokenGroupRows::Accumulate(int64_t r0, const int64_t* rows, int64_t n_sel, 
     const int64_t k1 = std::min(n_sel, k0 + kTileRows), m = k1 - k0;
     UnpackSelected(r0, rows, k0, k1, c0, n, t.tile_codes.data());
     TileParams(r0, rows, k0, k1, g0, ng, t);
-    AccumulateGroupedTile(t.tile_codes.data(), m, n, c0, group_, p + col0 + k0, n_q, ld, t, out);
+    AccumulateGroupedTile(t.tile_codes.data(), m, n, c0, group_, bits_, p + col0 + k0, n_q, ld, t,
+                          out);
   }
   AddGroupedMinSums(n_q, n, c0, group_, t, out);
 }
@@ -544,7 +555,12 @@ void ChannelBlocks::Accumulate(int64_t r0, int64_t r1, const float* p, int n_q, 
       UnpackTile(a, e, t.tile_codes.data());
       const float* pa = p + col0 + (a - r0);
       // One weight group spanning the row: the probabilities themselves.
-      AxpyCodeRowsWeighted(pa, n_q, ld, t.tile_codes.data(), e - a, d_, d_, 0, d_, t.acc.data());
+      if (UseIntegerValues(bits_)) {
+        AxpyCodeRowsWeightedI16(pa, n_q, ld, t.tile_codes.data(), e - a, d_, d_, 0, d_,
+                                t.acc.data());
+      } else {
+        AxpyCodeRowsWeighted(pa, n_q, ld, t.tile_codes.data(), e - a, d_, d_, 0, d_, t.acc.data());
+      }
       for (int i = 0; i < n_q; ++i) {
         for (int64_t k = 0; k < e - a; ++k) t.psum[i] += pa[i * ld + k];
       }

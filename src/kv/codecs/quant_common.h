@@ -111,9 +111,11 @@ void ScoreGroupedTileI8(const uint8_t* codes, int64_t m, int n, int group, int n
                         CodeTileScratch& t, float* scores, int64_t ld);
 // out[i, :] += the code part of sum_k p[i * ld + k] row_k over the tile; the min part goes
 // to t.msum [n_q, groups of the window] (zeroed by the caller before its first tile). The
-// window is channels [first, first + n).
+// window is channels [first, first + n). Codes of `bits` <= 4 take the int16-weight kernel
+// (ops/code_dot_i16.h) where the CPU has it.
 void AccumulateGroupedTile(const uint8_t* codes, int64_t m, int n, int first, int group,
-                           const float* p, int n_q, int64_t ld, CodeTileScratch& t, float* out);
+                           int bits, const float* p, int n_q, int64_t ld, CodeTileScratch& t,
+                           float* out);
 // After the last tile: out[i, c] += t.msum[i, group of c].
 void AddGroupedMinSums(int n_q, int n, int first, int group, const CodeTileScratch& t,
                        float* out);

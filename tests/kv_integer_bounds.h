@@ -1,5 +1,6 @@
-// The error the integer key path (ops/code_dot_i8.h, kv/codecs/quant_common.cc) adds to a
-// fused score, derived for the tests that compare fused scores with q . decoded rows.
+// The errors the integer paths of the 2/4-bit codecs add, derived for the tests that compare
+// fused results with the decoded rows: the int8 query of the keys (ops/code_dot_i8.h) and
+// the int16 weights of the values (ops/code_dot_i16.h).
 //
 // A 2- or 4-bit key row is scored as alpha * (q8 . codes) (+ the min terms in float), with
 // q8 = round(q' / alpha), q' the query with the format's per-channel scales folded in
@@ -10,11 +11,12 @@
 // max scale / 127 (per-channel) or max|q| / 127 (per-token, times s inside the sum):
 //   |fused - q . decoded| <= d * max|q| * range / 254 * (1 + 2^-15).
 // `range` bounds the spread of every quantized group: the spread of the appended data.
-#ifndef KVPACK_TESTS_KV_INTEGER_KEY_BOUND_H_
-#define KVPACK_TESTS_KV_INTEGER_KEY_BOUND_H_
+#ifndef KVPACK_TESTS_KV_INTEGER_BOUNDS_H_
+#define KVPACK_TESTS_KV_INTEGER_BOUNDS_H_
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace kvpack {
 
@@ -22,6 +24,18 @@ inline double IntegerKeyScoreBound(const float* q, int d, double range) {
   double qmax = 0.0;
   for (int c = 0; c < d; ++c) qmax = std::max(qmax, static_cast<double>(std::fabs(q[c])));
   return d * qmax * range / 254.0 * (1.0 + std::ldexp(1.0, -15));
+}
+
+// Values: per tile, each weight w_k = p_k * (its row's group scale) (per-token groups) or p_k
+// (per-channel blocks, the output then times the channel's scale) moves by at most
+// s / 2, s = max_k |w_k| / 32767 of its (query row, group), so an output moves by at most
+// s / 2 * sum_k code_k (times the channel's scale); with code * scale <= range and
+// |w_k| <= |p_k| * scale, over all tiles of an Accumulate call of m rows:
+//   |fused - sum_k p_k decoded_k| <= m * max|p| * range / 65534 * (1 + 2^-10).
+inline double IntegerValueBound(const float* p, int64_t m, double range) {
+  double pmax = 0.0;
+  for (int64_t k = 0; k < m; ++k) pmax = std::max(pmax, static_cast<double>(std::fabs(p[k])));
+  return m * pmax * range / 65534.0 * (1.0 + std::ldexp(1.0, -10));
 }
 
 template <typename Vec>
@@ -32,4 +46,4 @@ double SpreadOf(const Vec& x) {
 
 }  // namespace kvpack
 
-#endif  // KVPACK_TESTS_KV_INTEGER_KEY_BOUND_H_
+#endif  // KVPACK_TESTS_KV_INTEGER_BOUNDS_H_

@@ -1,0 +1,299 @@
+// The AVX512-VNNI kernel is compiled for that ISA with a function attribute and chosen at
+// run time (Highway 1.0.3's targets do not include VNNI + VBMI at once: its AVX3_DL target
+// must be enabled for the whole build); every other case calls the float kernel.
+#include "ops/code_dot_i16.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define KVPACK_HAVE_VNNI_KERNEL 1
+#define KVPACK_VNNI_ATTR __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni")))
+#else
+#define KVPACK_HAVE_VNNI_KERNEL 0
+#endif
+
+#include "ops/code_dot.h"
+
+namespace kvpack {
+namespace {
+
+constexpr float kI16Max = 32767.0f;
+
+// The weight quantizer of both paths, in scalar form: per (query row, group) row of m
+// weights, s = max |w| / 32767 and wq = round-to-nearest-even(w * 32767 / max |w|) (zero
+// weights and s = 0 when the row is all zero). wq: [m rounded up to even] with a zero pad.
+float QuantizeWeightsI16Scalar(const float* w, size_t m, int16_t* wq) {
+  float amax = 0.0f;
+  for (size_t k = 0; k < m; ++k) amax = std::max(amax, std::fabs(w[k]));
+  if (m % 2) wq[m] = 0;
+  if (!(amax > 0.0f)) {
+    std::fill(wq, wq + m, int16_t{0});
+    return 0.0f;
+  }
+  const float inv = kI16Max / amax;
+  for (size_t k = 0; k < m; ++k) {
+    wq[k] = static_cast<int16_t>(std::clamp(std::nearbyint(w[k] * inv), -kI16Max, kI16Max));
+  }
+  return amax / kI16Max;
+}
+
+size_t GroupsOfWindow(size_t first, size_t d, size_t group) {
+  return (first + d - 1) / group - first / group + 1;
+}
+
+#if KVPACK_HAVE_VNNI_KERNEL
+// GCC 12's intrinsic headers build some results from `_mm512_undefined_*()` (a variable
+// initialised from itself), which -Wuninitialized reports at every inlining site here.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+bool CpuHasVnniKernel() {
+  static const bool ok = __builtin_cpu_supports("avx512f") &&
+                         __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vbmi") &&
+                         __builtin_cpu_supports("avx512vnni");
+  return ok;
+}
+
+// The scalar quantizer's arithmetic 16 weights at a time (vcvtps2dq rounds to nearest even,
+// as nearbyint does in the default mode; |w * inv| <= 32767 + rounding, so saturation to
+// int16 equals the clamp).
+KVPACK_VNNI_ATTR float QuantizeWeightsI16Avx512(const float* w, size_t m, int16_t* wq) {
+  __m512 vmax = _mm512_setzero_ps();
+  size_t k = 0;
+  for (; k + 16 <= m; k += 16) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(w + k)));
+  float amax = _mm512_reduce_max_ps(vmax);
+  for (size_t j = k; j < m; ++j) amax = std::max(amax, std::fabs(w[j]));
+  if (m % 2) wq[m] = 0;
+  if (!(amax > 0.0f)) {
+    std::fill(wq, wq + m, int16_t{0});
+    return 0.0f;
+  }
+  const float inv = kI16Max / amax;
+  const __m512 vinv = _mm512_set1_ps(inv);
+  for (k = 0; k + 16 <= m; k += 16) {
+    const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(w + k), vinv));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(wq + k), _mm512_cvtsepi32_epi16(q));
+  }
+  for (; k < m; ++k) {
+    wq[k] = static_cast<int16_t>(std::clamp(std::nearbyint(w[k] * inv), -kI16Max, kI16Max));
+  }
+  return amax / kI16Max;
+}
+
+// acc += the dot products of int16 pairs, in place. GCC 12 compiles the intrinsic
+// (_mm512_dpwssd_epi32) as a three-operand value and then copies every accumulator between
+// registers around it and spills some, which cost more than the instruction saves; the asm
+// ties the accumulator to its register.
+KVPACK_VNNI_ATTR inline __m512i DotPairsAdd(__m512i acc, __m512i pairs, __m512i w) {
+  asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(pairs), "v"(w));
+  return acc;
+}
+
+// Channels [c, c + 16 * NB) of the window (one chunk, NB <= 4 blocks of 16) whose blocks
+// come in runs of BPG with one group each (block b is in window group g0 + b / BPG), query
+// rows [0, NQ): acc[i][b] += sum over row pairs of (code_k, code_k+1) . (wq_k, wq_k+1).
+// wq rows [n_q * ng][ldq]; s [n_q * ng].
+// The loops over query rows and blocks are unrolled before GCC decides where the arrays of
+// accumulators live: otherwise they stay in memory and every accumulator is stored to the
+// stack on every row pair (measured: the stores took half the kernel's time).
+template <int NQ, int NB, int BPG>
+KVPACK_VNNI_ATTR void ChunkI16(const int16_t* wq, size_t ldq, size_t ng, size_t g0,
+                               const float* s, const uint8_t* codes, size_t n_rows,
+                               size_t row_stride, size_t c, float* out, size_t d) {
+  constexpr int kGroups = (NB + BPG - 1) / BPG;
+  // Byte 4j of a lane takes channel j of the block from the first row, byte 4j + 2 from the
+  // second (index bit 6 selects the second source); bytes 4j + 1 and 4j + 3 are zeroed, so
+  // each 16-bit half of the lane is one code as int16.
+  constexpr __mmask64 kPairBytes = 0x5555555555555555ull;
+  __m512i pick[NB];
+#pragma GCC unroll 16
+  for (int b = 0; b < NB; ++b) {
+    alignas(64) uint8_t idx[64];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) {
+      idx[4 * j] = static_cast<uint8_t>(16 * b + j);
+      idx[4 * j + 1] = 0;
+      idx[4 * j + 2] = static_cast<uint8_t>(64 + 16 * b + j);
+      idx[4 * j + 3] = 0;
+    }
+    pick[b] = _mm512_load_si512(idx);
+  }
+  const __mmask64 live = NB == 4 ? ~__mmask64{0} : ((__mmask64{1} << (16 * NB)) - 1);
+  const int16_t* wrow[NQ][kGroups];
+#pragma GCC unroll 16
+  for (int i = 0; i < NQ; ++i) {
+#pragma GCC unroll 16
+    for (int g = 0; g < kGroups; ++g) wrow[i][g] = wq + (i * ng + g0 + g) * ldq;
+  }
+  __m512i acc[NQ][NB];
+#pragma GCC unroll 16
+  for (int i = 0; i < NQ; ++i) {
+#pragma GCC unroll 16
+    for (int b = 0; b < NB; ++b) acc[i][b] = _mm512_setzero_si512();
+  }
+  for (size_t k = 0; k < n_rows; k += 2) {
+    const __m512i r0 = _mm512_maskz_loadu_epi8(live, codes + k * row_stride + c);
+    const __m512i r1 = k + 1 < n_rows
+                           ? _mm512_maskz_loadu_epi8(live, codes + (k + 1) * row_stride + c)
+                           : _mm512_setzero_si512();
+    __m512i pairs[NB];
+#pragma GCC unroll 16
+    for (int b = 0; b < NB; ++b) {
+      pairs[b] = _mm512_maskz_permutex2var_epi8(kPairBytes, r0, pick[b], r1);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < NQ; ++i) {
+#pragma GCC unroll 16
+      for (int g = 0; g < kGroups; ++g) {
+        int32_t pair;  // (wq_k, wq_k+1) of query row i, group g: one broadcast per pair
+        std::memcpy(&pair, wrow[i][g] + k, sizeof(pair));
+        const __m512i wv = _mm512_set1_epi32(pair);
+#pragma GCC unroll 16
+        for (int j = 0; j < BPG; ++j) {
+          const int b = g * BPG + j;
+          if (b < NB) acc[i][b] = DotPairsAdd(acc[i][b], pairs[b], wv);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < NQ; ++i) {
+#pragma GCC unroll 16
+    for (int b = 0; b < NB; ++b) {
+      float* o = out + i * d + c + 16 * b;
+      const __m512 sv = _mm512_set1_ps(s[i * ng + g0 + b / BPG]);
+      _mm512_storeu_ps(o, _mm512_fmadd_ps(sv, _mm512_cvtepi32_ps(acc[i][b]), _mm512_loadu_ps(o)));
+    }
+  }
+}
+
+// One chunk of NB blocks: the run length of its groups (the chunk's first block starts a
+// group or the chunk lies inside one).
+template <int NQ, int NB>
+KVPACK_VNNI_ATTR void ChunkByGroups(const int16_t* wq, size_t ldq, size_t ng, size_t first,
+                                    size_t group, const float* s, const uint8_t* codes,
+                                    size_t n_rows, size_t row_stride, size_t c, float* out,
+                                    size_t d) {
+  const size_t g_first = first / group;
+  const size_t a = first + c, g0 = a / group - g_first;
+  const bool inside = a / group == (a + 16 * NB - 1) / group;
+  if (inside) {
+    ChunkI16<NQ, NB, 4>(wq, ldq, ng, g0, s, codes, n_rows, row_stride, c, out, d);
+  } else if (a % group == 0 && group == 32) {
+    ChunkI16<NQ, NB, 2>(wq, ldq, ng, g0, s, codes, n_rows, row_stride, c, out, d);
+  } else if (a % group == 0 && group == 16) {
+    ChunkI16<NQ, NB, 1>(wq, ldq, ng, g0, s, codes, n_rows, row_stride, c, out, d);
+  } else {  // a group boundary inside the chunk, not at its start: one block at a time
+    for (int b = 0; b < NB; ++b) {
+      const size_t gb = (a + 16 * b) / group - g_first;
+      ChunkI16<NQ, 1, 1>(wq, ldq, ng, gb, s, codes, n_rows, row_stride, c + 16 * b, out, d);
+    }
+  }
+}
+
+template <int NQ>
+KVPACK_VNNI_ATTR void QueriesI16(const int16_t* wq, size_t ldq, size_t ng, const float* s,
+                                 const uint8_t* codes, size_t n_rows, size_t row_stride,
+                                 size_t d, size_t first, size_t group, float* out) {
+  for (size_t c = 0; c < d; c += 64) {
+    switch (std::min<size_t>(4, (d - c) / 16)) {
+      case 1:
+        ChunkByGroups<NQ, 1>(wq, ldq, ng, first, group, s, codes, n_rows, row_stride, c, out, d);
+        break;
+      case 2:
+        ChunkByGroups<NQ, 2>(wq, ldq, ng, first, group, s, codes, n_rows, row_stride, c, out, d);
+        break;
+      case 3:
+        ChunkByGroups<NQ, 3>(wq, ldq, ng, first, group, s, codes, n_rows, row_stride, c, out, d);
+        break;
+      default:
+        ChunkByGroups<NQ, 4>(wq, ldq, ng, first, group, s, codes, n_rows, row_stride, c, out, d);
+        break;
+    }
+  }
+}
+
+KVPACK_VNNI_ATTR void AxpyI16Avx512(const float* w, size_t n_q, size_t ld, const uint8_t* codes,
+                                    size_t n_rows, size_t row_stride, size_t d, size_t first,
+                                    size_t group, float* out) {
+  const size_t ng = GroupsOfWindow(first, d, group);
+  const size_t ldq = n_rows + n_rows % 2;
+  thread_local std::vector<int16_t> wq;
+  thread_local std::vector<float> s;
+  wq.resize(n_q * ng * ldq);
+  s.resize(n_q * ng);
+  for (size_t r = 0; r < n_q * ng; ++r) {
+    s[r] = QuantizeWeightsI16Avx512(w + r * ld, n_rows, &wq[r * ldq]);
+  }
+  // Up to three query rows per pass: 3 x 4 accumulators, 4 code pairs, 4 byte selectors.
+  for (size_t i0 = 0; i0 < n_q; i0 += 3) {
+    const int16_t* wi = &wq[i0 * ng * ldq];
+    const float* si = &s[i0 * ng];
+    float* oi = out + i0 * d;
+    switch (std::min<size_t>(3, n_q - i0)) {
+      case 1:
+        QueriesI16<1>(wi, ldq, ng, si, codes, n_rows, row_stride, d, first, group, oi);
+        break;
+      case 2:
+        QueriesI16<2>(wi, ldq, ng, si, codes, n_rows, row_stride, d, first, group, oi);
+        break;
+      default:
+        QueriesI16<3>(wi, ldq, ng, si, codes, n_rows, row_stride, d, first, group, oi);
+        break;
+    }
+  }
+}
+#pragma GCC diagnostic pop
+#endif  // KVPACK_HAVE_VNNI_KERNEL
+
+bool IntegerPathApplies(size_t d, size_t first, size_t group) {
+  return HasInt16ValueKernel() && d % 16 == 0 && first % 16 == 0 && group % 16 == 0;
+}
+
+}  // namespace
+
+bool HasInt16ValueKernel() {
+#if KVPACK_HAVE_VNNI_KERNEL
+  // hwy::SupportedTargets() would run CPUID on every call (a VM exit under a hypervisor).
+  return CpuHasVnniKernel() && CodeKernelsUseAvx512();
+#else
+  return false;
+#endif
+}
+
+void AxpyCodeRowsWeightedI16(const float* w, size_t n_q, size_t ld, const uint8_t* codes,
+                             size_t n_rows, size_t row_stride, size_t d, size_t first,
+                             size_t group, float* out) {
+#if KVPACK_HAVE_VNNI_KERNEL
+  if (n_rows > 0 && IntegerPathApplies(d, first, group)) {
+    AxpyI16Avx512(w, n_q, ld, codes, n_rows, row_stride, d, first, group, out);
+    return;
+  }
+#endif
+  AxpyCodeRowsWeighted(w, n_q, ld, codes, n_rows, row_stride, d, first, group, out);
+}
+
+void AxpyCodeRowsWeightedI16Ref(const float* w, size_t n_q, size_t ld, const uint8_t* codes,
+                                size_t n_rows, size_t row_stride, size_t d, size_t first,
+                                size_t group, float* out) {
+  const size_t ng = GroupsOfWindow(first, d, group), g_first = first / group;
+  std::vector<int16_t> wq(n_rows + 1);
+  for (size_t i = 0; i < n_q; ++i) {
+    for (size_t g = 0; g < ng; ++g) {
+      const float s = QuantizeWeightsI16Scalar(w + (i * ng + g) * ld, n_rows, wq.data());
+      for (size_t c = 0; c < d; ++c) {
+        if ((first + c) / group - g_first != g) continue;
+        int64_t acc = 0;
+        for (size_t k = 0; k < n_rows; ++k) acc += int64_t{wq[k]} * codes[k * row_stride + c];
+        out[i * d + c] = std::fma(s, static_cast<float>(acc), out[i * d + c]);
+      }
+    }
+  }
+}
+
+}  // namespace kvpack

@@ -1,0 +1,43 @@
+// The value side of attention over 2- and 4-bit caches with integer weights: the weights of
+// a tile (probability x the row's group scale) are quantized to int16 per (query row, group)
+// and multiplied with the codes by AVX512-VNNI `vpdpwssd` (two rows' codes of one channel
+// per 32-bit lane, 32 products per instruction against 16 per float FMA, and no conversion
+// of the codes to floats). Compare ops/code_dot.h's AxpyCodeRowsWeighted, whose contract
+// this keeps up to the bound below.
+//
+// Design goals: the float value path was the largest share of a 2-bit codec's attention
+// (12 FMAs per cached token and KV head for three query rows, as many as `f16`'s); this
+// halves the multiply work and drops the conversions. The error is bounded and small: per
+// (query row i, group g) the step is s = max_k |w_k| / 32767, each weight moves by at most
+// s / 2, so an output moves by at most s / 2 * sum_k code_k (2^-16 of the tile's largest
+// weight per unit of code), plus one float rounding of the result.
+// Non-goals: CPUs without AVX512-VNNI and AVX512-VBMI, windows not aligned to 16 channels, or
+// groups not a multiple of 16: those run AxpyCodeRowsWeighted (float weights, no such error).
+#ifndef KVPACK_OPS_CODE_DOT_I16_H_
+#define KVPACK_OPS_CODE_DOT_I16_H_
+
+#include <cstddef>
+
+#include <cstdint>
+
+namespace kvpack {
+
+// Whether AxpyCodeRowsWeightedI16 has its integer path here (CPU features and the SIMD
+// targets allowed; tests restrict those with hwy::SetSupportedTargetsForTest).
+bool HasInt16ValueKernel();
+
+// AxpyCodeRowsWeighted's contract (ops/code_dot.h: w [n_q, n_groups, ld], codes [n_rows,
+// row_stride], window [first, first + d), out [n_q, d]) with the weights quantized as above,
+// where the integer path applies; codes <= 255, n_rows <= 256.
+void AxpyCodeRowsWeightedI16(const float* w, size_t n_q, size_t ld, const uint8_t* codes,
+                             size_t n_rows, size_t row_stride, size_t d, size_t first,
+                             size_t group, float* out);
+// The integer path's scalar twin (bit-identical to it: same quantized weights, exact integer
+// sums, one fused multiply-add per output); any shape.
+void AxpyCodeRowsWeightedI16Ref(const float* w, size_t n_q, size_t ld, const uint8_t* codes,
+                                size_t n_rows, size_t row_stride, size_t d, size_t first,
+                                size_t group, float* out);
+
+}  // namespace kvpack
+
+#endif  // KVPACK_OPS_CODE_DOT_I16_H_

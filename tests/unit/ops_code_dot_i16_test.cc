@@ -1,0 +1,98 @@
+// The int16-weight value kernel (ops/code_dot_i16.h): where the CPU has it, equal bit for bit
+// to its scalar twin; on every target (the integer path or the float fallback) within the
+// derived bound of the exact sum: per output, s / 2 * sum_k code_k with s = max_k |w_k| / 32767
+// of its (query row, group), plus the float summation bound of ops_code_dot_test.cc.
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "ops/code_dot.h"
+#include "ops/code_dot_i16.h"
+
+namespace kvpack {
+namespace {
+
+struct Shape {
+  size_t d, first, group;
+};
+
+TEST(CodeDotI16, MatchesTheTwinAndStaysWithinTheBoundOnEveryTarget) {
+  bool saw_integer_path = false;
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    const bool integer = HasInt16ValueKernel();
+    saw_integer_path = saw_integer_path || integer;
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (const Shape sh : {Shape{64, 0, 64}, Shape{64, 0, 32}, Shape{64, 64, 32},
+                           Shape{128, 0, 128}, Shape{48, 16, 16}, Shape{32, 0, 128},
+                           Shape{40, 0, 40}, Shape{64, 8, 32}}) {
+      for (size_t n_rows : {1, 2, 7, 16, 33, 64}) {
+        for (size_t n_q : {1, 2, 3, 4, 7}) {
+          for (int max_code : {3, 15, 255}) {
+            const size_t g0 = sh.first / sh.group;
+            const size_t ng = (sh.first + sh.d - 1) / sh.group - g0 + 1;
+            const size_t ld = n_rows + 3, stride = sh.d + 5;
+            std::vector<float> w(n_q * ng * ld);
+            for (auto& x : w) x = u(rng) * (rng() % 4 == 0 ? 1e-3f : 1.0f);
+            std::vector<uint8_t> codes(n_rows * stride);
+            for (auto& c : codes) c = static_cast<uint8_t>(rng() % (max_code + 1));
+            std::vector<float> base(n_q * sh.d);
+            for (auto& x : base) x = u(rng);
+            std::vector<float> a = base, b = base, exact = base;
+            AxpyCodeRowsWeightedI16(w.data(), n_q, ld, codes.data(), n_rows, stride, sh.d,
+                                    sh.first, sh.group, a.data());
+            AxpyCodeRowsWeightedRef(w.data(), n_q, ld, codes.data(), n_rows, stride, sh.d,
+                                    sh.first, sh.group, exact.data());
+            const bool aligned = sh.d % 16 == 0 && sh.first % 16 == 0 && sh.group % 16 == 0;
+            if (integer && aligned) {
+              AxpyCodeRowsWeightedI16Ref(w.data(), n_q, ld, codes.data(), n_rows, stride, sh.d,
+                                         sh.first, sh.group, b.data());
+              ASSERT_EQ(a, b) << hwy::TargetName(target) << " d " << sh.d << " group "
+                              << sh.group << " rows " << n_rows << " n_q " << n_q;
+            }
+            for (size_t i = 0; i < n_q; ++i) {
+              for (size_t c = 0; c < sh.d; ++c) {
+                const size_t g = (sh.first + c) / sh.group - g0;
+                double wmax = 0.0, codes_sum = 0.0, mag = std::fabs(base[i * sh.d + c]);
+                for (size_t k = 0; k < n_rows; ++k) {
+                  const float wk = w[(i * ng + g) * ld + k];
+                  wmax = std::max(wmax, static_cast<double>(std::fabs(wk)));
+                  codes_sum += codes[k * stride + c];
+                  mag += std::fabs(wk) * codes[k * stride + c];
+                }
+                const double bound = wmax / 32767.0 / 2.0 * codes_sum * (1.0 + 1e-6) +
+                                     4.0 * (n_rows + 1) * std::ldexp(1.0, -24) * (mag + 1e-30);
+                ASSERT_NEAR(a[i * sh.d + c], exact[i * sh.d + c], bound)
+                    << hwy::TargetName(target) << " d " << sh.d << " rows " << n_rows;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  if (!saw_integer_path) GTEST_SKIP() << "no AVX512-VNNI + VBMI here: only the float path ran";
+}
+
+TEST(CodeDotI16, TheBoundIsReached) {
+  // Two-sided: the integer path really rounds the weights (a tile whose weights are not
+  // multiples of the step gives a nonzero difference from the exact sum).
+  if (!HasInt16ValueKernel()) GTEST_SKIP() << "no AVX512-VNNI + VBMI here";
+  const size_t n_rows = 64, d = 64;
+  std::vector<float> w(n_rows);
+  for (size_t k = 0; k < n_rows; ++k) w[k] = 1.0f / static_cast<float>(k + 3);
+  std::vector<uint8_t> codes(n_rows * d, 3);
+  std::vector<float> a(d, 0.0f), exact(d, 0.0f);
+  AxpyCodeRowsWeightedI16(w.data(), 1, n_rows, codes.data(), n_rows, d, d, 0, d, a.data());
+  AxpyCodeRowsWeightedRef(w.data(), 1, n_rows, codes.data(), n_rows, d, d, 0, d, exact.data());
+  EXPECT_NE(a[0], exact[0]);
+  EXPECT_NEAR(a[0], exact[0], (1.0f / 3) / 32767.0 / 2 * 3 * n_rows);
+}
+
+}  // namespace
+}  // namespace kvpack
