@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "ops/code_dot.h"
+#include "ops/query_chunks.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvpack {
@@ -58,24 +59,9 @@ HWY_INLINE void DotCodeRowsM(const uint8_t* codes, size_t n_rows, size_t row_str
 
 void DotCodeRowsImpl(const uint8_t* codes, size_t n_rows, size_t row_stride, size_t dim,
                      const float* q, size_t n_q, float* scores, size_t ld) {
-  for (size_t i0 = 0; i0 < n_q; i0 += 4) {
-    const float* qi = q + i0 * dim;
-    float* si = scores + i0 * ld;
-    switch (std::min<size_t>(4, n_q - i0)) {
-      case 1:
-        DotCodeRowsM<1>(codes, n_rows, row_stride, dim, qi, si, ld);
-        break;
-      case 2:
-        DotCodeRowsM<2>(codes, n_rows, row_stride, dim, qi, si, ld);
-        break;
-      case 3:
-        DotCodeRowsM<3>(codes, n_rows, row_stride, dim, qi, si, ld);
-        break;
-      default:
-        DotCodeRowsM<4>(codes, n_rows, row_stride, dim, qi, si, ld);
-        break;
-    }
-  }
+  ForEachQueryChunk<4>(n_q, [&](auto m, size_t i0) {
+    DotCodeRowsM<m>(codes, n_rows, row_stride, dim, q + i0 * dim, scores + i0 * ld, ld);
+  });
 }
 
 // V (1, 2 or 4) vectors of columns from c, all in one group, for M (1..4) query rows: the
@@ -149,24 +135,10 @@ void AxpyCodeRowsWeightedImpl(const float* w, size_t n_q, size_t ld, const uint8
     while (n_vec < 4 && vector_ok(c + n_vec * N) && group_of(c + n_vec * N) == g) ++n_vec;
     if (n_vec == 3) n_vec = 2;
     if (n_vec == 4 && !BlockFits(std::min<size_t>(4, n_q), 4)) n_vec = 2;
-    for (size_t i0 = 0; i0 < n_q; i0 += 4) {
-      const float* wi = w + i0 * n_groups * ld;
-      float* oi = out + i0 * dim;
-      switch (std::min<size_t>(4, n_q - i0)) {
-        case 1:
-          AxpyWeightedColumns<1>(wi, ld, n_groups, codes, n_rows, row_stride, c, n_vec, g, oi, dim);
-          break;
-        case 2:
-          AxpyWeightedColumns<2>(wi, ld, n_groups, codes, n_rows, row_stride, c, n_vec, g, oi, dim);
-          break;
-        case 3:
-          AxpyWeightedColumns<3>(wi, ld, n_groups, codes, n_rows, row_stride, c, n_vec, g, oi, dim);
-          break;
-        default:
-          AxpyWeightedColumns<4>(wi, ld, n_groups, codes, n_rows, row_stride, c, n_vec, g, oi, dim);
-          break;
-      }
-    }
+    ForEachQueryChunk<4>(n_q, [&](auto m, size_t i0) {
+      AxpyWeightedColumns<m>(w + i0 * n_groups * ld, ld, n_groups, codes, n_rows, row_stride, c,
+                             n_vec, g, out + i0 * dim, dim);
+    });
     c += n_vec * N;
   }
 }

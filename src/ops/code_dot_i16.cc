@@ -17,6 +17,7 @@
 #endif
 
 #include "ops/code_dot.h"
+#include "ops/query_chunks.h"
 
 namespace kvpack {
 namespace {
@@ -231,22 +232,10 @@ KVPACK_VNNI_ATTR void AxpyI16Avx512(const float* w, size_t n_q, size_t ld, const
     s[r] = QuantizeWeightsI16Avx512(w + r * ld, n_rows, &wq[r * ldq]);
   }
   // Up to three query rows per pass: 3 x 4 accumulators, 4 code pairs, 4 byte selectors.
-  for (size_t i0 = 0; i0 < n_q; i0 += 3) {
-    const int16_t* wi = &wq[i0 * ng * ldq];
-    const float* si = &s[i0 * ng];
-    float* oi = out + i0 * d;
-    switch (std::min<size_t>(3, n_q - i0)) {
-      case 1:
-        QueriesI16<1>(wi, ldq, ng, si, codes, n_rows, row_stride, d, first, group, oi);
-        break;
-      case 2:
-        QueriesI16<2>(wi, ldq, ng, si, codes, n_rows, row_stride, d, first, group, oi);
-        break;
-      default:
-        QueriesI16<3>(wi, ldq, ng, si, codes, n_rows, row_stride, d, first, group, oi);
-        break;
-    }
-  }
+  ForEachQueryChunk<3>(n_q, [&](auto m, size_t i0) {
+    QueriesI16<m>(&wq[i0 * ng * ldq], ldq, ng, &s[i0 * ng], codes, n_rows, row_stride, d, first,
+                  group, out + i0 * d);
+  });
 }
 #pragma GCC diagnostic pop
 #endif  // KVPACK_HAVE_VNNI_KERNEL

@@ -187,14 +187,30 @@ void DotCodeRowsI8Impl(const uint8_t* codes, size_t n_rows, size_t row_stride, s
   DotCodeRowsI8Scalar(codes, done, n_rows, row_stride, d, group, q, n_q, out, ld);
 }
 
+// q[i] = clamp(round(x[i] * inv), -127, 127): the codes of QuantizeI8 once its scale is known.
+void QuantizeWithInverse(const float* x, size_t n, float inv, int8_t* q) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<int8_t, decltype(df)> d8;
+  const size_t N = hn::Lanes(df);
+  const auto vinv = hn::Set(df, inv);
+  const auto lo = hn::Set(di, -127), hi = hn::Set(di, 127);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto r = hn::Min(hn::Max(hn::NearestInt(hn::Mul(hn::LoadU(df, x + i), vinv)), lo), hi);
+    hn::StoreU(hn::DemoteTo(d8, r), d8, q + i);
+  }
+  for (; i < n; ++i) {
+    q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f));
+  }
+}
+
 // Phase by phase over the rows, so that one row's reductions overlap the next row's loads:
 // x * scale, dot(x, min) and max |x * scale| per row, then the scales, then the codes (the
 // arithmetic of QuantizeI8Impl, so the codes and alpha equal it bit for bit).
 void ScaleQuantizeI8Impl(const float* x, size_t n_q, const float* scale, const float* min,
                          size_t n, int8_t* q, float* alpha, float* xmin) {
   const hn::ScalableTag<float> df;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<int8_t, decltype(df)> d8;
   const size_t N = hn::Lanes(df);
   constexpr size_t kStackFloats = 1024;
   HWY_ALIGN float stack[kStackFloats];
@@ -238,25 +254,13 @@ void ScaleQuantizeI8Impl(const float* x, size_t n_q, const float* scale, const f
         std::fill(qr, qr + n, int8_t{0});
         continue;
       }
-      const float ir = inv[r - r0];
-      const auto vinv = hn::Set(df, ir);
-      const auto lo = hn::Set(di, -127), hi = hn::Set(di, 127);
-      size_t i = 0;
-      for (; i + N <= n; i += N) {
-        const auto v = hn::Mul(hn::LoadU(df, xsr + i), vinv);
-        hn::StoreU(hn::DemoteTo(d8, hn::Min(hn::Max(hn::NearestInt(v), lo), hi)), d8, qr + i);
-      }
-      for (; i < n; ++i) {
-        qr[i] = static_cast<int8_t>(std::clamp(std::nearbyint(xsr[i] * ir), -127.0f, 127.0f));
-      }
+      QuantizeWithInverse(xsr, n, inv[r - r0], qr);
     }
   }
 }
 
 float QuantizeI8Impl(const float* x, size_t n, int8_t* q) {
   const hn::ScalableTag<float> df;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<int8_t, decltype(df)> d8;
   const size_t N = hn::Lanes(df);
   auto vmax = hn::Zero(df);
   size_t i = 0;
@@ -267,16 +271,7 @@ float QuantizeI8Impl(const float* x, size_t n, int8_t* q) {
     std::fill(q, q + n, int8_t{0});
     return 0.0f;
   }
-  const float inv = 127.0f / amax;
-  const auto vinv = hn::Set(df, inv);
-  const auto lo = hn::Set(di, -127), hi = hn::Set(di, 127);
-  for (i = 0; i + N <= n; i += N) {
-    const auto r = hn::Min(hn::Max(hn::NearestInt(hn::Mul(hn::LoadU(df, x + i), vinv)), lo), hi);
-    hn::StoreU(hn::DemoteTo(d8, r), d8, q + i);
-  }
-  for (; i < n; ++i) {
-    q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f));
-  }
+  QuantizeWithInverse(x, n, 127.0f / amax, q);
   return amax / 127.0f;
 }
 

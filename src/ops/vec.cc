@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "core/half.h"
+#include "ops/query_chunks.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvpack {
@@ -242,15 +243,10 @@ void DotRowsTiled(const T* rows, size_t n_rows, size_t dim, const float* q, size
                   float* scores, size_t ld) {
   if (dim % 8 != 0) return DotRowsImpl(rows, n_rows, dim, q, n_q, scores, ld);
   size_t done = 0;
-  for (size_t i0 = 0; i0 < n_q; i0 += 3) {  // three query rows: 12 accumulators in 16 ymm
-    const float* qi = q + i0 * dim;
-    float* si = scores + i0 * ld;
-    switch (std::min<size_t>(3, n_q - i0)) {
-      case 1: done = DotRowsBy4<1>(rows, n_rows, dim, qi, si, ld); break;
-      case 2: done = DotRowsBy4<2>(rows, n_rows, dim, qi, si, ld); break;
-      default: done = DotRowsBy4<3>(rows, n_rows, dim, qi, si, ld); break;
-    }
-  }
+  // Three query rows: 12 accumulators in 16 ymm.
+  ForEachQueryChunk<3>(n_q, [&](auto m, size_t i0) {
+    done = DotRowsBy4<m>(rows, n_rows, dim, q + i0 * dim, scores + i0 * ld, ld);
+  });
   for (size_t t = done; t < n_rows; ++t) {
     for (size_t i = 0; i < n_q; ++i) scores[i * ld + t] = DotRow(rows + t * dim, q + i * dim, dim);
   }
@@ -311,21 +307,9 @@ void AxpyRowsM(const float* p, size_t ld, const T* rows, size_t n_rows, size_t d
 template <typename T>
 void AxpyRowsTiled(const float* p, size_t n_q, size_t ld, const T* rows, size_t n_rows, size_t dim,
                    float* out) {
-  for (size_t i0 = 0; i0 < n_q; i0 += 3) {
-    const float* pi = p + i0 * ld;
-    float* oi = out + i0 * dim;
-    switch (std::min<size_t>(3, n_q - i0)) {
-      case 1:
-        AxpyRowsM<1>(pi, ld, rows, n_rows, dim, oi);
-        break;
-      case 2:
-        AxpyRowsM<2>(pi, ld, rows, n_rows, dim, oi);
-        break;
-      default:
-        AxpyRowsM<3>(pi, ld, rows, n_rows, dim, oi);
-        break;
-    }
-  }
+  ForEachQueryChunk<3>(n_q, [&](auto m, size_t i0) {
+    AxpyRowsM<m>(p + i0 * ld, ld, rows, n_rows, dim, out + i0 * dim);
+  });
 }
 
 void DotRowsF32Impl(const float* rows, size_t n_rows, size_t dim, const float* q, size_t n_q,
