@@ -3,6 +3,7 @@
 #define HWY_TARGET_INCLUDE "ops/code_unpack.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "hwy/cache_control.h"
 
 #include <algorithm>
 #include <cstring>
@@ -14,6 +15,10 @@ HWY_BEFORE_NAMESPACE();
 namespace kvpack {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+
+// Bytes ahead of the read position that the stream unpacker asks the CPU to fetch (the
+// codecs' value tiles are long streams; see packed_dot_i8.cc).
+constexpr size_t kPrefetchBytes = 4096;
 
 // Byte-aligned 2/4/8-bit streams: each source byte is widened to a lane of as many bytes as
 // it holds codes (u32 for 2-bit, u16 for 4-bit), shifted copies of it are ORed so that code
@@ -38,6 +43,7 @@ void UnpackCodesU8Impl(const uint8_t* src, int64_t first, size_t n, int bits, ui
       const size_t step = 2 * hn::Lanes(d16);       // codes per step
       const auto mask = hn::Set(d16, 0x0F0F);
       for (; i + step <= n; i += step) {
+        hwy::Prefetch(p + i / 2 + kPrefetchBytes);
         const auto x = hn::PromoteTo(d16, hn::LoadU(d8, p + i / 2));
         hn::StoreU(hn::BitCast(dout, hn::And(hn::Or(x, hn::ShiftLeft<4>(x)), mask)), dout,
                    dst + i);
@@ -49,6 +55,7 @@ void UnpackCodesU8Impl(const uint8_t* src, int64_t first, size_t n, int bits, ui
       const size_t step = 4 * hn::Lanes(d32);
       const auto mask = hn::Set(d32, 0x03030303u);
       for (; i + step <= n; i += step) {
+        hwy::Prefetch(p + i / 4 + kPrefetchBytes);
         const auto x = hn::PromoteTo(d32, hn::LoadU(d8, p + i / 4));
         const auto y = hn::Or(hn::Or(x, hn::ShiftLeft<6>(x)),
                               hn::Or(hn::ShiftLeft<12>(x), hn::ShiftLeft<18>(x)));
