@@ -201,6 +201,41 @@ void DequantizeQ4_0BlocksImpl(const uint8_t* blocks, size_t n_blocks, float* out
   }
 }
 
+void SplitGroupParamsImpl(const uint16_t* params, size_t n_rows, size_t n_groups, size_t g0,
+                          size_t ng, float* scale, float* min, size_t ld) {
+  size_t r = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<uint16_t, decltype(df)> du;  // one u16 per float lane
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const size_t N = hn::Lanes(df);
+  if (n_groups == 1) {
+    for (; r + N <= n_rows; r += N) {
+      hn::Vec<decltype(du)> s, m;
+      hn::LoadInterleaved2(du, params + 2 * r, s, m);
+      hn::StoreU(hn::PromoteTo(df, hn::BitCast(dh, s)), df, scale + r);
+      hn::StoreU(hn::PromoteTo(df, hn::BitCast(dh, m)), df, min + r);
+    }
+  } else if (n_groups == 2) {
+    for (; r + N <= n_rows; r += N) {
+      hn::Vec<decltype(du)> v[4];
+      hn::LoadInterleaved4(du, params + 4 * r, v[0], v[1], v[2], v[3]);
+      for (size_t g = 0; g < ng; ++g) {
+        hn::StoreU(hn::PromoteTo(df, hn::BitCast(dh, v[2 * (g0 + g)])), df, scale + g * ld + r);
+        hn::StoreU(hn::PromoteTo(df, hn::BitCast(dh, v[2 * (g0 + g) + 1])), df, min + g * ld + r);
+      }
+    }
+  }
+#endif
+  for (; r < n_rows; ++r) {
+    for (size_t g = 0; g < ng; ++g) {
+      const uint16_t* p = params + (r * n_groups + g0 + g) * 2;
+      scale[g * ld + r] = Fp16ToFp32(p[0]);
+      min[g * ld + r] = Fp16ToFp32(p[1]);
+    }
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kvpack
 HWY_AFTER_NAMESPACE();
@@ -217,6 +252,21 @@ HWY_EXPORT(DequantizeRowsPerChannelImpl);
 HWY_EXPORT(DequantizeRowsPerTokenImpl);
 HWY_EXPORT(DequantizeQ8_0BlocksImpl);
 HWY_EXPORT(DequantizeQ4_0BlocksImpl);
+HWY_EXPORT(SplitGroupParamsImpl);
+
+void SplitGroupParams(const uint16_t* params, size_t n_rows, size_t n_groups, size_t g0,
+                      size_t ng, float* scale, float* min, size_t ld) {
+  HWY_DYNAMIC_DISPATCH(SplitGroupParamsImpl)(params, n_rows, n_groups, g0, ng, scale, min, ld);
+}
+void SplitGroupParamsRef(const uint16_t* params, size_t n_rows, size_t n_groups, size_t g0,
+                         size_t ng, float* scale, float* min, size_t ld) {
+  for (size_t g = 0; g < ng; ++g) {
+    for (size_t r = 0; r < n_rows; ++r) {
+      scale[g * ld + r] = Fp16ToFp32(params[(r * n_groups + g0 + g) * 2]);
+      min[g * ld + r] = Fp16ToFp32(params[(r * n_groups + g0 + g) * 2 + 1]);
+    }
+  }
+}
 
 void DequantizeRowsPerChannel(const uint8_t* codes, size_t n_rows, size_t row_bytes, int bits,
                               size_t d, const float* scale, const float* min, float* out) {

@@ -34,6 +34,15 @@ void UnpackQ4_0Blocks(const uint8_t* blocks, size_t n_blocks, uint8_t* codes, fl
 void UnpackQ4_0BlocksRef(const uint8_t* blocks, size_t n_blocks, uint8_t* codes,
                          float* scales);
 
+// Per-(row, group) fp16 parameter pairs (params: [n_rows, n_groups, 2], (scale, min)) as
+// float planes by group, for groups [g0, g0 + ng):
+//   scale[g * ld + r] = params[r, g0 + g, 0],  min[g * ld + r] = params[r, g0 + g, 1].
+// SIMD de-interleaving for one or two groups per row; other shapes take the scalar loop.
+void SplitGroupParams(const uint16_t* params, size_t n_rows, size_t n_groups, size_t g0,
+                      size_t ng, float* scale, float* min, size_t ld);
+void SplitGroupParamsRef(const uint16_t* params, size_t n_rows, size_t n_groups, size_t g0,
+                         size_t ng, float* scale, float* min, size_t ld);
+
 // out[i] = codes[i] * scale + min
 void DequantizeCodes(const uint8_t* codes, size_t n, float scale, float min, float* out);
 void DequantizeCodesRef(const uint8_t* codes, size_t n, float scale, float min, float* out);

@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "hwy/targets.h"
+
 #include "core/ggml_type.h"
 #include "core/half.h"
 #include "ops/ggml_quants.h"
@@ -169,6 +171,34 @@ TEST(CodeUnpack, GgmlBlocksMatchTheScalarDequantizer) {
       }
     }
   }
+}
+
+TEST(CodeUnpack, GroupParamsSplitLikeTheTwinOnEveryTarget) {
+  std::mt19937 rng(13);
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (size_t n_groups : {1, 2, 3}) {
+      for (size_t n_rows : {1, 15, 16, 17, 64, 100}) {
+        std::vector<uint16_t> params(n_rows * n_groups * 2);
+        for (auto& p : params) {
+          p = Fp32ToFp16(static_cast<float>(static_cast<int>(rng() % 2000) - 1000) / 128.0f);
+        }
+        for (size_t g0 = 0; g0 < n_groups; ++g0) {
+          const size_t ng = n_groups - g0, ld = n_rows + 3;
+          std::vector<float> s(ng * ld, -1.0f), m(ng * ld, -1.0f), s_ref = s, m_ref = m;
+          SplitGroupParams(params.data(), n_rows, n_groups, g0, ng, s.data(), m.data(), ld);
+          SplitGroupParamsRef(params.data(), n_rows, n_groups, g0, ng, s_ref.data(),
+                              m_ref.data(), ld);
+          ASSERT_EQ(s, s_ref) << "groups " << n_groups << " rows " << n_rows << " g0 " << g0;
+          ASSERT_EQ(m, m_ref) << "groups " << n_groups << " rows " << n_rows << " g0 " << g0;
+          // The twin reads (scale, min) in that order: row 0's first pair is not swapped.
+          ASSERT_EQ(s_ref[0], Fp16ToFp32(params[g0 * 2]));
+          ASSERT_EQ(m_ref[0], Fp16ToFp32(params[g0 * 2 + 1]));
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 }  // namespace

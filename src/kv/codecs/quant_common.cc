@@ -365,16 +365,17 @@ void TokenGroupRows::ScoresInteger(int64_t r0, const int64_t* rows, int64_t n_se
 void TokenGroupRows::TileParams(int64_t r0, const int64_t* rows, int64_t k0, int64_t k1, int g0,
                                 int ng, CodeTileScratch& t) const {
   const int64_t pk = 2 * n_groups_, m = k1 - k0;
-  t.params.resize(kTileRows * pk);
-  if (rows == nullptr) {
-    ConvertF16ToF32(&params_[(r0 + k0) * pk], t.params.data(), m * pk);
-  } else {
-    for (int64_t k = k0; k < k1; ++k) {
-      ConvertF16ToF32(&params_[rows[k] * pk], &t.params[(k - k0) * pk], pk);
-    }
-  }
   t.gscale.resize(static_cast<size_t>(ng) * kTileRows);
   t.gmin.resize(static_cast<size_t>(ng) * kTileRows);
+  if (rows == nullptr) {  // consecutive rows: one SIMD pass from the fp16 pairs
+    SplitGroupParams(&params_[(r0 + k0) * pk], m, n_groups_, g0, ng, t.gscale.data(),
+                     t.gmin.data(), kTileRows);
+    return;
+  }
+  t.params.resize(kTileRows * pk);
+  for (int64_t k = k0; k < k1; ++k) {
+    ConvertF16ToF32(&params_[rows[k] * pk], &t.params[(k - k0) * pk], pk);
+  }
   for (int g = 0; g < ng; ++g) {
     const float* src = &t.params[2 * (g0 + g)];
     float* sc = &t.gscale[g * kTileRows];
