@@ -140,19 +140,10 @@ class GgmlBlockStore final : public ComponentStore {
   // Rows [a, e) of a q4_0 head as codes (t.tile_codes [e - a, d]) and per-block parameters
   // by group (t.gscale = d, t.gmin = -8d, [n_blocks, kTileRowsMax]).
   void Q4_0Tile(int head, int64_t a, int64_t e, CodeTileScratch& t) const {
-    const int64_t m = e - a;
-    t.params.resize(static_cast<size_t>(kTileRowsMax) * n_blocks_);
-    UnpackQ4_0Blocks(heads_[head].data() + a * row_bytes_, m * n_blocks_, t.tile_codes.data(),
-                     t.params.data());
     t.gscale.resize(static_cast<size_t>(n_blocks_) * kTileRowsMax);
     t.gmin.resize(t.gscale.size());
-    for (int g = 0; g < n_blocks_; ++g) {
-      for (int64_t k = 0; k < m; ++k) {
-        const float s = t.params[k * n_blocks_ + g];
-        t.gscale[g * kTileRowsMax + k] = s;
-        t.gmin[g * kTileRowsMax + k] = -8.0f * s;
-      }
-    }
+    UnpackQ4_0Rows(heads_[head].data() + a * row_bytes_, e - a, n_blocks_, t.tile_codes.data(),
+                   t.gscale.data(), t.gmin.data(), kTileRowsMax);
   }
   static std::vector<float>& TileBuffer(int d) {
     thread_local std::vector<float> tile;
