@@ -81,7 +81,28 @@ void UnpackCodeRowsImpl(const uint8_t* src, const int64_t* rows, size_t n_rows,
 void UnpackQ4_0RowsImpl(const uint8_t* blocks, size_t n_rows, size_t bpr, uint8_t* codes,
                         float* scale, float* min, size_t ld) {
   const size_t n_blocks = n_rows * bpr;
-  for (size_t b = 0; b < n_blocks; ++b) {
+  size_t b = 0;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  // Four blocks per step: their 16-byte code runs in the four 128-bit lanes of one vector,
+  // low nibbles and high nibbles masked out as two vectors, and each block's (low, high)
+  // lane pair interleaved into the output by two 64-bit permutes.
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const __m512i first_two = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+  const __m512i last_two = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+  for (; b + 4 <= n_blocks; b += 4) {
+    const uint8_t* q = blocks + b * 18 + 2;
+    _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchBytes), _MM_HINT_T0);
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 18)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 36)), 2);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 54)), 3);
+    const __m512i lo = _mm512_and_si512(v, nibble);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+    _mm512_storeu_si512(codes + b * 32, _mm512_permutex2var_epi64(lo, first_two, hi));
+    _mm512_storeu_si512(codes + b * 32 + 64, _mm512_permutex2var_epi64(lo, last_two, hi));
+  }
+#endif
+  for (; b < n_blocks; ++b) {
     const uint8_t* q = blocks + b * 18 + 2;
     uint8_t* c = codes + b * 32;
     hwy::Prefetch(q + kPrefetchBytes);
