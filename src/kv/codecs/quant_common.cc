@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/half.h"
+#include "ops/channel_block_scores.h"
 #include "ops/code_dot.h"
 #include "ops/code_dot_i16.h"
 #include "ops/code_dot_i8.h"
@@ -495,41 +496,31 @@ void ChannelBlocks::UnpackTile(int64_t a, int64_t e, uint8_t* out) const {
 void ChannelBlocks::Scores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
                            int64_t ld, int64_t col0) const {
   if (r0 >= r1) return;
+  if (UseIntegerKeys(bits_)) {  // per block, straight from the packed rows
+    for (int64_t b = BlockOf(r0); b < n_blocks() && block_start_[b] < r1; ++b) {
+      const int64_t bs = std::max(r0, block_start_[b]);
+      const int64_t be = std::min(r1, b + 1 < n_blocks() ? block_start_[b + 1] : n_rows_);
+      ScoreChannelBlockI8(&codes_[bs * row_bytes_], be - bs, row_bytes_, d_, bits_,
+                          &params_[b * 2 * d_], q, n_q, scores + col0 + (bs - r0), ld);
+    }
+    return;
+  }
   CodeTileScratch& t = TileScratch(d_);
-  const bool integer = UseIntegerKeys(bits_);
   t.qs.resize(static_cast<size_t>(n_q) * d_);
   t.qm.resize(n_q);
-  t.q8.resize(static_cast<size_t>(n_q) * d_);
-  t.alpha.resize(n_q);
-  t.dots.resize(static_cast<size_t>(n_q) * kTileRows);
   for (int64_t b = BlockOf(r0); b < n_blocks() && block_start_[b] < r1; ++b) {
     const int64_t bs = std::max(r0, block_start_[b]);
     const int64_t be = std::min(r1, b + 1 < n_blocks() ? block_start_[b + 1] : n_rows_);
     ConvertF16ToF32(&params_[b * 2 * d_], t.scale.data(), d_);
     ConvertF16ToF32(&params_[b * 2 * d_ + d_], t.min.data(), d_);
-    if (integer) {
-      ScaleQuantizeI8(q, n_q, t.scale.data(), t.min.data(), d_, t.q8.data(), t.alpha.data(),
-                      t.qm.data());
-      t.qp.resize(static_cast<size_t>(n_q) * d_);
-      ArrangeQueryForPacked(t.q8.data(), n_q, d_, bits_, t.qp.data());
-    } else {
-      for (int i = 0; i < n_q; ++i) {
-        float* qs = &t.qs[i * d_];
-        for (int c = 0; c < d_; ++c) qs[c] = q[i * d_ + c] * t.scale[c];
-        t.qm[i] = DotF32(q + i * d_, t.min.data(), d_);
-      }
+    for (int i = 0; i < n_q; ++i) {
+      float* qs = &t.qs[i * d_];
+      for (int c = 0; c < d_; ++c) qs[c] = q[i * d_ + c] * t.scale[c];
+      t.qm[i] = DotF32(q + i * d_, t.min.data(), d_);
     }
     for (int64_t a = bs; a < be; a += kTileRows) {
       const int64_t e = std::min(be, a + kTileRows), m = e - a;
       float* sc = scores + col0 + (a - r0);
-      if (integer) {  // straight from the packed rows
-        DotPackedRowsI8(&codes_[a * row_bytes_], m, row_bytes_, d_, bits_, t.q8.data(),
-                        t.qp.data(), n_q, t.dots.data(), kTileRows);
-        // One group with unit "scale" and "min": alpha * dot + q . min.
-        CombineCodeDots(t.dots.data(), t.ones.data(), t.ones.data(), kTileRows, m, n_q, 1,
-                        t.alpha.data(), t.qm.data(), sc, ld);
-        continue;
-      }
       UnpackTile(a, e, t.tile_codes.data());
       DotCodeRows(t.tile_codes.data(), m, d_, d_, t.qs.data(), n_q, sc, ld);
       for (int i = 0; i < n_q; ++i) {

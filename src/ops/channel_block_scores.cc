@@ -1,0 +1,319 @@
+// The single-pass kernel is compiled for AVX512-BW + VNNI with a function attribute and chosen
+// at run time (as ops/code_dot_i16.cc does: Highway 1.0.3's AVX3 target has no VNNI); every
+// other case composes the general kernels.
+#include "ops/channel_block_scores.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/half.h"
+#include "ops/code_dot.h"
+#include "ops/code_dot_i8.h"
+#include "ops/packed_dot_i8.h"
+#include "ops/vec.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define KVPACK_HAVE_BLOCK_KERNEL 1
+#define KVPACK_BLOCK_ATTR __attribute__((target("avx512f,avx512bw,avx512vnni")))
+#define KVPACK_BLOCK_INLINE __attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) inline
+#else
+#define KVPACK_HAVE_BLOCK_KERNEL 0
+#endif
+
+namespace kvpack {
+namespace {
+
+// The general path: the per-block query work and the packed dots as separate kernels.
+void ScoreChannelBlockGeneral(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,
+                              int bits, const uint16_t* params, const float* q, size_t n_q,
+                              float* scores, size_t ld) {
+  thread_local std::vector<float> scale, min, alpha, xmin, ones;
+  thread_local std::vector<int8_t> q8, qp;
+  thread_local std::vector<int32_t> dots;
+  const size_t pld = (n_rows + kCombinePad - 1) / kCombinePad * kCombinePad;
+  scale.resize(d);
+  min.resize(d);
+  alpha.resize(n_q);
+  xmin.resize(n_q);
+  q8.resize(n_q * d);
+  qp.resize(n_q * d);
+  dots.resize(n_q * pld);
+  ones.assign(pld, 1.0f);
+  ConvertF16ToF32(params, scale.data(), d);
+  ConvertF16ToF32(params + d, min.data(), d);
+  ScaleQuantizeI8(q, n_q, scale.data(), min.data(), d, q8.data(), alpha.data(), xmin.data());
+  ArrangeQueryForPacked(q8.data(), n_q, d, bits, qp.data());
+  DotPackedRowsI8(rows, n_rows, row_bytes, d, bits, q8.data(), qp.data(), n_q, dots.data(), pld);
+  // One group with unit "scale" and "min": alpha * dot + q . min.
+  CombineCodeDots(dots.data(), ones.data(), ones.data(), pld, n_rows, n_q, 1, alpha.data(),
+                  xmin.data(), scores, ld);
+}
+
+#if KVPACK_HAVE_BLOCK_KERNEL
+// GCC 12's intrinsic headers build some results from `_mm512_undefined_*()`, which
+// -Wuninitialized reports at every inlining site (see ops/code_dot_i16.cc).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+bool CpuHasBlockKernel() {
+  static const bool ok = __builtin_cpu_supports("avx512f") &&
+                         __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vnni");
+  return ok;
+}
+
+constexpr size_t kPrefetchBytes = 4096;
+
+// acc += four u8 (codes) x s8 (query) products per 32-bit lane. The asm ties the accumulator
+// to its register (the intrinsic made GCC 12 copy accumulators around it; code_dot_i16.cc).
+KVPACK_BLOCK_INLINE __m512i DotQuads(__m512i acc, __m512i codes, __m512i q) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(codes), "v"(q));
+  return acc;
+}
+
+// [a0 + a1, a2 + a3, ..., a14 + a15, b0 + b1, ..., b14 + b15]: adjacent lanes summed, order kept.
+KVPACK_BLOCK_INLINE __m512i PairSums(__m512i a, __m512i b) {
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b),
+                          _mm512_permutex2var_epi32(a, odd, b));
+}
+
+// d = 64: W = 2 * bits 32-bit lanes per row, 16 / W rows per 64-byte vector, k = 8 / bits
+// codes per byte. The query of (i, s) repeated over the vector as packed_dot_i8.cc reads it.
+template <int kBits>
+struct Shape64 {
+  static constexpr int kW = 2 * kBits;
+  static constexpr int kK = 8 / kBits;
+  static constexpr size_t kRowBytes = 8 * kBits;
+};
+
+// Per query row: x * scale quantized to int8 (QuantizeI8's rule: inv = 127 / max|x * scale|,
+// round to nearest even, clamp to +-127), arranged as ArrangeQueryForPacked does for d = 64,
+// and broadcast per segment; alpha and x . min.
+template <int kBits>
+KVPACK_BLOCK_INLINE void PrepareQuery(const float* x, const __m512 (&sc)[4], const __m512 (&mn)[4],
+                                      __m512i (&qv)[Shape64<kBits>::kK], __m512& alpha,
+                                      __m512& xmin) {
+  __m512 xs[4];
+  __m512 vmax = _mm512_setzero_ps(), vdot = _mm512_setzero_ps();
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512 v = _mm512_loadu_ps(x + 16 * j);
+    xs[j] = _mm512_mul_ps(v, sc[j]);
+    vmax = _mm512_max_ps(vmax, _mm512_abs_ps(xs[j]));
+    vdot = _mm512_fmadd_ps(v, mn[j], vdot);
+  }
+  const float amax = _mm512_reduce_max_ps(vmax);
+  xmin = _mm512_set1_ps(_mm512_reduce_add_ps(vdot));
+  __m512i q8 = _mm512_setzero_si512();
+  if (amax > 0.0f) {
+    alpha = _mm512_set1_ps(amax / 127.0f);
+    const __m512 inv = _mm512_set1_ps(127.0f / amax);
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    __m128i b[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(xs[j], inv));
+      b[j] = _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(r, lo), hi));
+    }
+    q8 = _mm512_inserti32x4(_mm512_castsi128_si512(b[0]), b[1], 1);
+    q8 = _mm512_inserti32x4(q8, b[2], 2);
+    q8 = _mm512_inserti32x4(q8, b[3], 3);
+  } else {
+    alpha = _mm512_setzero_ps();
+  }
+  // ArrangeQueryForPacked for d = 64 (packed_dot_i8.cc's ArrangeQuery64).
+  __m512i shuffle, order;
+  if constexpr (kBits == 2) {
+    shuffle = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+    order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  } else {
+    shuffle = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    order = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  }
+  const __m512i qp = _mm512_permutexvar_epi32(order, _mm512_shuffle_epi8(q8, shuffle));
+  // Segment s (d / k bytes) repeated over the vector.
+  if constexpr (kBits == 2) {
+    qv[0] = _mm512_shuffle_i32x4(qp, qp, 0x00);
+    qv[1] = _mm512_shuffle_i32x4(qp, qp, 0x55);
+    qv[2] = _mm512_shuffle_i32x4(qp, qp, 0xAA);
+    qv[3] = _mm512_shuffle_i32x4(qp, qp, 0xFF);
+  } else {
+    qv[0] = _mm512_shuffle_i64x2(qp, qp, 0x44);
+    qv[1] = _mm512_shuffle_i64x2(qp, qp, 0xEE);
+  }
+}
+
+// Vectors [Z0, Z0 + N) of a 16-row block reduced by the pairwise tree as soon as both halves
+// exist (packed_dot_i8.cc's BlockDotTree). kTail: only the first `bytes` bytes are rows.
+template <int kBits, int NQ, int Z0, int N, bool kTail>
+KVPACK_BLOCK_INLINE void Tree(const uint8_t* block, size_t bytes,
+                              const __m512i (&qv)[NQ][Shape64<kBits>::kK], __m512i (&out)[NQ]) {
+  if constexpr (N == 1) {
+    __m512i raw;
+    if constexpr (kTail) {
+      const size_t start = 64 * Z0;
+      const size_t left = bytes > start ? bytes - start : 0;
+      const __mmask64 m = left >= 64 ? ~__mmask64{0} : ((__mmask64{1} << left) - 1);
+      raw = _mm512_maskz_loadu_epi8(m, block + start);
+    } else {
+      raw = _mm512_loadu_si512(block + 64 * Z0);
+    }
+    const __m512i mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));
+#pragma GCC unroll 8
+    for (int i = 0; i < NQ; ++i) out[i] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int s = 0; s < Shape64<kBits>::kK; ++s) {
+      // Byte j of lane m: the code of channel 4 k m + k j + s.
+      const __m512i codes =
+          _mm512_and_si512(_mm512_srl_epi16(raw, _mm_cvtsi32_si128(kBits * s)), mask);
+#pragma GCC unroll 8
+      for (int i = 0; i < NQ; ++i) out[i] = DotQuads(out[i], codes, qv[i][s]);
+    }
+  } else {
+    __m512i lo[NQ], hi[NQ];
+    Tree<kBits, NQ, Z0, N / 2, kTail>(block, bytes, qv, lo);
+    Tree<kBits, NQ, Z0 + N / 2, N / 2, kTail>(block, bytes, qv, hi);
+#pragma GCC unroll 8
+    for (int i = 0; i < NQ; ++i) out[i] = PairSums(lo[i], hi[i]);
+  }
+}
+
+// Query rows [0, NQ) of q against all rows, one pass over the codes.
+template <int kBits, int NQ>
+KVPACK_BLOCK_ATTR void BlockPass(const uint8_t* rows, size_t n_rows, const __m512 (&sc)[4],
+                                 const __m512 (&mn)[4], const float* q, float* scores,
+                                 size_t ld) {
+  using S = Shape64<kBits>;
+  __m512i qv[NQ][S::kK];
+  __m512 alpha[NQ], xmin[NQ];
+#pragma GCC unroll 8
+  for (int i = 0; i < NQ; ++i) PrepareQuery<kBits>(q + 64 * i, sc, mn, qv[i], alpha[i], xmin[i]);
+  size_t t0 = 0;
+  for (; t0 + 16 <= n_rows; t0 += 16) {
+    const uint8_t* block = rows + t0 * S::kRowBytes;
+#pragma GCC unroll 8
+    for (int z = 0; z < S::kW; ++z) {
+      _mm_prefetch(reinterpret_cast<const char*>(block + 64 * z + kPrefetchBytes), _MM_HINT_T0);
+    }
+    __m512i acc[NQ];
+    Tree<kBits, NQ, 0, S::kW, false>(block, 0, qv, acc);
+#pragma GCC unroll 8
+    for (int i = 0; i < NQ; ++i) {
+      // alpha * dot, then + x . min: CombineCodeDots' two roundings.
+      const __m512 s = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[i]), alpha[i]), xmin[i]);
+      _mm512_storeu_ps(scores + i * ld + t0, s);
+    }
+  }
+  if (t0 < n_rows) {
+    const size_t left = n_rows - t0;
+    __m512i acc[NQ];
+    Tree<kBits, NQ, 0, S::kW, true>(rows + t0 * S::kRowBytes, left * S::kRowBytes, qv, acc);
+    const __mmask16 live = static_cast<__mmask16>((1u << left) - 1);
+#pragma GCC unroll 8
+    for (int i = 0; i < NQ; ++i) {
+      const __m512 s = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[i]), alpha[i]), xmin[i]);
+      _mm512_mask_storeu_ps(scores + i * ld + t0, live, s);
+    }
+  }
+}
+
+// Query rows in passes of at most kMaxQ (the accumulators of the tree, about log2 W + 1 per
+// query, and the k query vectors per query within the 32 registers).
+template <int kBits>
+KVPACK_BLOCK_ATTR void ScoreBlock64(const uint8_t* rows, size_t n_rows, const uint16_t* params,
+                                    const float* q, size_t n_q, float* scores, size_t ld) {
+  constexpr int kMaxQ = kBits == 2 ? 3 : 4;
+  __m512 sc[4], mn[4];
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(params + 16 * j)));
+    mn[j] = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(params + 64 + 16 * j)));
+  }
+  size_t i = 0;
+  for (; i + kMaxQ <= n_q; i += kMaxQ) {
+    BlockPass<kBits, kMaxQ>(rows, n_rows, sc, mn, q + 64 * i, scores + i * ld, ld);
+  }
+  switch (n_q - i) {
+    case 3:
+      if constexpr (kMaxQ > 3) BlockPass<kBits, 3>(rows, n_rows, sc, mn, q + 64 * i, scores + i * ld, ld);
+      break;
+    case 2:
+      BlockPass<kBits, 2>(rows, n_rows, sc, mn, q + 64 * i, scores + i * ld, ld);
+      break;
+    case 1:
+      BlockPass<kBits, 1>(rows, n_rows, sc, mn, q + 64 * i, scores + i * ld, ld);
+      break;
+    default:
+      break;
+  }
+}
+#pragma GCC diagnostic pop
+#endif  // KVPACK_HAVE_BLOCK_KERNEL
+
+}  // namespace
+
+bool HasFastChannelBlockScores(size_t row_bytes, size_t d, int bits) {
+#if KVPACK_HAVE_BLOCK_KERNEL
+  // CodeKernelsUseAvx512 asks Highway's dispatch (tests that pin a lower target take the
+  // general path); hwy::SupportedTargets() would run CPUID on every call.
+  return d == 64 && (bits == 2 || bits == 4) && row_bytes == 8 * static_cast<size_t>(bits) &&
+         CpuHasBlockKernel() && CodeKernelsUseAvx512();
+#else
+  (void)row_bytes;
+  (void)d;
+  (void)bits;
+  return false;
+#endif
+}
+
+void ScoreChannelBlockI8(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,
+                         int bits, const uint16_t* params, const float* q, size_t n_q,
+                         float* scores, size_t ld) {
+  if (n_rows == 0 || n_q == 0) return;
+#if KVPACK_HAVE_BLOCK_KERNEL
+  if (HasFastChannelBlockScores(row_bytes, d, bits)) {
+    if (bits == 2) {
+      ScoreBlock64<2>(rows, n_rows, params, q, n_q, scores, ld);
+    } else {
+      ScoreBlock64<4>(rows, n_rows, params, q, n_q, scores, ld);
+    }
+    return;
+  }
+#endif
+  ScoreChannelBlockGeneral(rows, n_rows, row_bytes, d, bits, params, q, n_q, scores, ld);
+}
+
+void ScoreChannelBlockI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,
+                            int bits, const uint16_t* params, const float* q, size_t n_q,
+                            float* scores, size_t ld) {
+  std::vector<float> xs(d);
+  std::vector<int8_t> q8(n_q * d);
+  std::vector<float> alpha(n_q), xmin(n_q);
+  for (size_t i = 0; i < n_q; ++i) {
+    float dot = 0.0f;
+    for (size_t c = 0; c < d; ++c) {
+      xs[c] = q[i * d + c] * Fp16ToFp32(params[c]);
+      dot += q[i * d + c] * Fp16ToFp32(params[d + c]);
+    }
+    alpha[i] = QuantizeI8Ref(xs.data(), d, &q8[i * d]);
+    xmin[i] = dot;
+  }
+  std::vector<int32_t> dots(n_q * n_rows);
+  DotPackedRowsI8Ref(rows, n_rows, row_bytes, d, bits, q8.data(), n_q, dots.data(), n_rows);
+  for (size_t i = 0; i < n_q; ++i) {
+    for (size_t r = 0; r < n_rows; ++r) {
+      const float a = alpha[i] * static_cast<float>(dots[i * n_rows + r]);
+      scores[i * ld + r] = a + xmin[i];
+    }
+  }
+}
+
+}  // namespace kvpack

@@ -1,0 +1,43 @@
+// Attention scores over one block of keys quantized per channel (KIVI's key groups, KCVT's
+// key blocks: kv/codecs/quant_common.h's ChannelBlocks), read straight from the packed rows
+// with the query folded into the block's scales and quantized to int8 on the fly:
+//   q . (code * scale + min) = (q * scale) . code + q . min
+//                            ~ alpha * (q8 . code) + q . min,   (q8, alpha) = QuantizeI8(q * scale).
+//
+// Design goals: one call per block and query group does all of it (the query's int8
+// quantization and arrangement, the integer dots, the float combination) in registers. A KIVI
+// block is only 32 tokens, so the per-block query work of the general path (five kernel calls
+// and their buffers) took about a quarter of KIVI's decode time. On CPUs with AVX512-VNNI one
+// vpdpbusd adds four code x query products per 32-bit lane.
+// Non-goals: head sizes other than 64 and widths other than 2 and 4 bits on the fast path;
+// every other case (and every other CPU) runs the general path of ops/code_dot_i8.h and
+// ops/packed_dot_i8.h, which computes the same q8, alpha and integer dots.
+#ifndef KVPACK_OPS_CHANNEL_BLOCK_SCORES_H_
+#define KVPACK_OPS_CHANNEL_BLOCK_SCORES_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvpack {
+
+// scores[i * ld + r] = alpha_i * (q8_i . code_r) + xmin_i for rows r < n_rows, where
+// (q8_i, alpha_i) = QuantizeI8(q_i * scale) and xmin_i = q_i . min (float sums).
+//   rows: [n_rows, row_bytes] packed LSB-first codes (bits 2 or 4), row_bytes >=
+//   ceil(d * bits / 8);
+//   params: [2, d] fp16, the block's per-channel scales then mins; q: [n_q, d];
+//   scores: [n_q, ld].
+void ScoreChannelBlockI8(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,
+                         int bits, const uint16_t* params, const float* q, size_t n_q, float* scores,
+                         size_t ld);
+// The scalar twin: QuantizeI8Ref of q * scale, DotPackedRowsI8Ref, the same float
+// combination. q8 and alpha are the same as the fast path's; xmin may differ in summation
+// order.
+void ScoreChannelBlockI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,
+                            int bits, const uint16_t* params, const float* q, size_t n_q, float* scores,
+                            size_t ld);
+// Whether ScoreChannelBlockI8 takes its single-pass kernel for this shape on this CPU.
+bool HasFastChannelBlockScores(size_t row_bytes, size_t d, int bits);
+
+}  // namespace kvpack
+
+#endif  // KVPACK_OPS_CHANNEL_BLOCK_SCORES_H_

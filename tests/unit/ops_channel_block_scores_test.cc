@@ -1,0 +1,101 @@
+// The single-pass score kernel of a per-channel key block (ops/channel_block_scores.h)
+// against its scalar twin on every SIMD target, bit width, head size (64 takes the fast path
+// where the CPU has AVX512-VNNI; others compose the general kernels), row count (16 rows per
+// step and a masked tail) and query count (passes of up to 3 or 4 queries).
+//   - With zero mins the score is alpha * (q8 . code) alone: q8 and alpha follow one rule in
+//     both, the dot is exact, so fast and twin agree bit for bit.
+//   - With mins, x . min is a float sum in a different order: |difference| <= d u sum |x m|
+//     for that sum (u = 2^-24, twice for both orders) plus one rounding of the final add.
+#include "ops/channel_block_scores.h"
+
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/half.h"
+
+namespace kvpack {
+namespace {
+
+struct Case {
+  std::vector<uint8_t> rows;
+  std::vector<uint16_t> params;
+  std::vector<float> q;
+};
+
+Case MakeCase(size_t n_rows, size_t row_bytes, size_t d, size_t n_q, bool zero_mins,
+              std::mt19937& rng) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  Case c;
+  c.rows.resize(n_rows * row_bytes);
+  for (auto& b : c.rows) b = static_cast<uint8_t>(rng());
+  c.params.resize(2 * d);
+  for (size_t j = 0; j < d; ++j) {
+    c.params[j] = Fp32ToFp16(std::fabs(g(rng)) * 0.1f + 0.01f);
+    c.params[d + j] = Fp32ToFp16(zero_mins ? 0.0f : g(rng));
+  }
+  c.q.resize(n_q * d);
+  for (auto& x : c.q) x = g(rng);
+  if (n_q > 1) std::fill(c.q.begin() + d, c.q.begin() + 2 * d, 0.0f);  // row 1: all zero
+  return c;
+}
+
+TEST(ChannelBlockScores, MatchTheTwinOnEveryTarget) {
+  int fast_runs = 0;
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::mt19937 rng(21);
+    for (int bits : {2, 4}) {
+      for (size_t d : {32, 64, 128}) {
+        for (size_t pad : {0, 3}) {
+          const size_t row_bytes = d * bits / 8 + pad;
+          fast_runs += HasFastChannelBlockScores(row_bytes, d, bits);
+          for (size_t n_rows : {1, 5, 15, 16, 17, 32, 33, 70}) {
+            for (size_t n_q : {1, 2, 3, 4, 5, 9}) {
+              for (bool zero_mins : {true, false}) {
+                const Case c = MakeCase(n_rows, row_bytes, d, n_q, zero_mins, rng);
+                const size_t ld = n_rows + 3;
+                std::vector<float> fast(n_q * ld, -5.0f), ref(n_q * ld, -5.0f);
+                ScoreChannelBlockI8(c.rows.data(), n_rows, row_bytes, d, bits, c.params.data(),
+                                    c.q.data(), n_q, fast.data(), ld);
+                ScoreChannelBlockI8Ref(c.rows.data(), n_rows, row_bytes, d, bits,
+                                       c.params.data(), c.q.data(), n_q, ref.data(), ld);
+                for (size_t i = 0; i < n_q; ++i) {
+                  double mass = 0.0;
+                  for (size_t j = 0; j < d; ++j) {
+                    mass += std::fabs(c.q[i * d + j] * Fp16ToFp32(c.params[d + j]));
+                  }
+                  for (size_t r = 0; r < ld; ++r) {
+                    const float a = fast[i * ld + r], b = ref[i * ld + r];
+                    if (r >= n_rows) {
+                      ASSERT_EQ(a, -5.0f) << "column " << r << " is past the rows";
+                      continue;
+                    }
+                    const double bound =
+                        zero_mins ? 0.0 : 2.0 * d * std::ldexp(mass, -24) + std::ldexp(std::fabs(b), -23);
+                    ASSERT_LE(std::fabs(a - b), bound)
+                        << hwy::TargetName(target) << " bits " << bits << " d " << d << " pad "
+                        << pad << " rows " << n_rows << " n_q " << n_q << " query " << i
+                        << " row " << r;
+                  }
+                }
+                // Not vacuous: a nonzero query row gives scores that vary with the codes.
+                if (n_rows > 1) {
+                  EXPECT_NE(ref[0], ref[1]);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  if (fast_runs == 0) GTEST_SKIP() << "no AVX512-VNNI: only the general path was compared";
+}
+
+}  // namespace
+}  // namespace kvpack
