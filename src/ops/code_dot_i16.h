@@ -38,6 +38,20 @@ void AxpyCodeRowsWeightedI16Ref(const float* w, size_t n_q, size_t ld, const uin
                                 size_t n_rows, size_t row_stride, size_t d, size_t first,
                                 size_t group, float* out);
 
+// The same with the codes read straight from packed LSB-first rows (row k at
+// rows + k * row_bytes, `bits` 2 or 4; window [first, first + d) of each row), so that no
+// unpacked tile is written: the pair of two rows' bytes is picked as before, then each code
+// is shifted down by its bit offset and masked. Other widths and shapes unpack the window
+// and call AxpyCodeRowsWeightedI16.
+bool HasPackedInt16ValueKernel(int bits, size_t d, size_t first, size_t group);
+void AxpyPackedRowsWeightedI16(const float* w, size_t n_q, size_t ld, const uint8_t* rows,
+                               size_t n_rows, size_t row_bytes, int bits, size_t d,
+                               size_t first, size_t group, float* out);
+// Its twin: the scalar unpacking twin, then AxpyCodeRowsWeightedI16Ref (bit-identical).
+void AxpyPackedRowsWeightedI16Ref(const float* w, size_t n_q, size_t ld, const uint8_t* rows,
+                                  size_t n_rows, size_t row_bytes, int bits, size_t d,
+                                  size_t first, size_t group, float* out);
+
 }  // namespace kvpack
 
 #endif  // KVPACK_OPS_CODE_DOT_I16_H_

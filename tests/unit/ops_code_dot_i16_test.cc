@@ -11,6 +11,7 @@
 
 #include "ops/code_dot.h"
 #include "ops/code_dot_i16.h"
+#include "ops/code_unpack.h"
 
 namespace kvpack {
 namespace {
@@ -77,6 +78,62 @@ TEST(CodeDotI16, MatchesTheTwinAndStaysWithinTheBoundOnEveryTarget) {
   }
   hwy::SetSupportedTargetsForTest(0);
   if (!saw_integer_path) GTEST_SKIP() << "no AVX512-VNNI + VBMI here: only the float path ran";
+}
+
+// Codes read from packed rows: bit-identical to the twin (the scalar unpacking twin, then the
+// byte kernel's twin) where the packed integer path runs, and to AxpyCodeRowsWeightedI16 of
+// the unpacked window on every target.
+TEST(CodeDotI16, PackedRowsMatchTheTwinOnEveryTarget) {
+  bool saw_packed_path = false;
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::mt19937 rng(8);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int bits : {2, 4}) {
+      for (const Shape sh : {Shape{64, 0, 64}, Shape{64, 0, 32}, Shape{64, 64, 32},
+                             Shape{128, 0, 128}, Shape{48, 16, 16}, Shape{64, 8, 32},
+                             Shape{192, 0, 192}}) {
+        const size_t row_len = sh.first + sh.d + 16;
+        for (size_t pad : {0, 5}) {
+          const size_t row_bytes = row_len * bits / 8 + pad;
+          saw_packed_path =
+              saw_packed_path || HasPackedInt16ValueKernel(bits, sh.d, sh.first, sh.group);
+          for (size_t n_rows : {1, 2, 7, 16, 33, 64}) {
+            for (size_t n_q : {1, 3, 4, 7}) {
+              const size_t g0 = sh.first / sh.group;
+              const size_t ng = (sh.first + sh.d - 1) / sh.group - g0 + 1;
+              const size_t ld = n_rows + 3;
+              std::vector<float> w(n_q * ng * ld);
+              for (auto& x : w) x = u(rng);
+              std::vector<uint8_t> rows(n_rows * row_bytes);
+              for (auto& b : rows) b = static_cast<uint8_t>(rng());
+              std::vector<float> base(n_q * sh.d);
+              for (auto& x : base) x = u(rng);
+              std::vector<float> a = base, b = base, c = base;
+              AxpyPackedRowsWeightedI16(w.data(), n_q, ld, rows.data(), n_rows, row_bytes, bits,
+                                        sh.d, sh.first, sh.group, a.data());
+              std::vector<uint8_t> codes(n_rows * sh.d);
+              UnpackCodeRowsRef(rows.data(), nullptr, n_rows, row_bytes,
+                                static_cast<int64_t>(sh.first), sh.d, bits, codes.data());
+              AxpyCodeRowsWeightedI16(w.data(), n_q, ld, codes.data(), n_rows, sh.d, sh.d,
+                                      sh.first, sh.group, c.data());
+              ASSERT_EQ(a, c) << hwy::TargetName(target) << " bits " << bits << " d " << sh.d
+                              << " first " << sh.first << " rows " << n_rows << " n_q " << n_q;
+              if (HasPackedInt16ValueKernel(bits, sh.d, sh.first, sh.group)) {
+                AxpyPackedRowsWeightedI16Ref(w.data(), n_q, ld, rows.data(), n_rows, row_bytes,
+                                             bits, sh.d, sh.first, sh.group, b.data());
+                ASSERT_EQ(a, b) << hwy::TargetName(target) << " bits " << bits << " d " << sh.d
+                                << " first " << sh.first << " rows " << n_rows;
+              }
+              ASSERT_NE(a, base);  // not vacuous: the codes moved the outputs
+            }
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  if (!saw_packed_path) GTEST_SKIP() << "no AVX512-VNNI + VBMI here: only the unpacking path ran";
 }
 
 TEST(CodeDotI16, TheBoundIsReached) {

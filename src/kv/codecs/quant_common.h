@@ -116,6 +116,11 @@ void ScoreGroupedTileI8(const uint8_t* codes, int64_t m, int n, int group, int n
 void AccumulateGroupedTile(const uint8_t* codes, int64_t m, int n, int first, int group,
                            int bits, const float* p, int n_q, int64_t ld, CodeTileScratch& t,
                            float* out);
+// AccumulateGroupedTile with the codes read from packed rows (rows + k * row_bytes, window
+// [first, first + n)) by the int16 kernel; only where HasPackedInt16ValueKernel says so.
+void AccumulatePackedTile(const uint8_t* rows, int64_t row_bytes, int64_t m, int n, int first,
+                          int group, int bits, const float* p, int n_q, int64_t ld,
+                          CodeTileScratch& t, float* out);
 // After the last tile: out[i, c] += t.msum[i, group of c].
 void AddGroupedMinSums(int n_q, int n, int first, int group, const CodeTileScratch& t,
                        float* out);

@@ -12,8 +12,8 @@
 // Non-goals: head sizes other than 64 and widths other than 2 and 4 bits on the fast path;
 // every other case (and every other CPU) runs the general path of ops/code_dot_i8.h and
 // ops/packed_dot_i8.h, which computes the same q8, alpha and integer dots.
-#ifndef KVPACK_OPS_CHANNEL_BLOCK_SCORES_H_
-#define KVPACK_OPS_CHANNEL_BLOCK_SCORES_H_
+#ifndef KVPACK_OPS_PACKED_SCORES_H_
+#define KVPACK_OPS_PACKED_SCORES_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -40,4 +40,4 @@ bool HasFastChannelBlockScores(size_t row_bytes, size_t d, int bits);
 
 }  // namespace kvpack
 
-#endif  // KVPACK_OPS_CHANNEL_BLOCK_SCORES_H_
+#endif  // KVPACK_OPS_PACKED_SCORES_H_

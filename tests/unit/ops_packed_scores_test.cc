@@ -1,4 +1,4 @@
-// The single-pass score kernel of a per-channel key block (ops/channel_block_scores.h)
+// The single-pass score kernel of a per-channel key block (ops/packed_scores.h)
 // against its scalar twin on every SIMD target, bit width, head size (64 takes the fast path
 // where the CPU has AVX512-VNNI; others compose the general kernels), row count (16 rows per
 // step and a masked tail) and query count (passes of up to 3 or 4 queries).
@@ -6,7 +6,7 @@
 //     both, the dot is exact, so fast and twin agree bit for bit.
 //   - With mins, x . min is a float sum in a different order: |difference| <= d u sum |x m|
 //     for that sum (u = 2^-24, twice for both orders) plus one rounding of the final add.
-#include "ops/channel_block_scores.h"
+#include "ops/packed_scores.h"
 
 #include <gtest/gtest.h>
 #include <hwy/targets.h>

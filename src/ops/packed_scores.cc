@@ -1,7 +1,7 @@
 // The single-pass kernel is compiled for AVX512-BW + VNNI with a function attribute and chosen
 // at run time (as ops/code_dot_i16.cc does: Highway 1.0.3's AVX3 target has no VNNI); every
 // other case composes the general kernels.
-#include "ops/channel_block_scores.h"
+#include "ops/packed_scores.h"
 
 #include <algorithm>
 #include <cmath>
