@@ -143,34 +143,39 @@ TEST(CodeUnpack, RowTilesMatchTheScalarTwins) {
 // The SIMD block dequantizers against ggml_quants' scalar DequantizeRow (the reference
 // layouts), on random blocks including extreme codes. (q4_0: (c - 8) * d computed as
 // c * d - 8d may differ by one rounding: bound ulp(9 |d| * 8).)
+// Every target; block counts around the vector width and the 64-block scale chunks.
 TEST(CodeUnpack, GgmlBlocksMatchTheScalarDequantizer) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-3.0f, 3.0f);
-  for (size_t n_blocks : {1, 2, 5}) {
-    for (int fmt = 0; fmt < 2; ++fmt) {
-      const size_t bytes = fmt == 0 ? 34 : 18;
-      std::vector<uint8_t> blocks(n_blocks * bytes);
-      for (auto& b : blocks) b = static_cast<uint8_t>(rng() & 255);
-      for (size_t b = 0; b < n_blocks; ++b) {
-        const uint16_t d = Fp32ToFp16(u(rng));
-        std::memcpy(&blocks[b * bytes], &d, 2);
-      }
-      std::vector<float> fast(n_blocks * 32), ref(n_blocks * 32);
-      if (fmt == 0) {
-        DequantizeQ8_0Blocks(blocks.data(), n_blocks, fast.data());
-        ASSERT_TRUE(DequantizeRow(GgmlType::kQ8_0, blocks.data(), ref.data(), n_blocks * 32).ok());
-        for (size_t i = 0; i < fast.size(); ++i) ASSERT_EQ(fast[i], ref[i]) << i;
-      } else {
-        DequantizeQ4_0Blocks(blocks.data(), n_blocks, fast.data());
-        ASSERT_TRUE(DequantizeRow(GgmlType::kQ4_0, blocks.data(), ref.data(), n_blocks * 32).ok());
-        for (size_t i = 0; i < fast.size(); ++i) {
-          uint16_t d;
-          std::memcpy(&d, &blocks[(i / 32) * bytes], 2);
-          ASSERT_NEAR(fast[i], ref[i], std::ldexp(8.0f * std::fabs(Fp16ToFp32(d)), -22)) << i;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (size_t n_blocks : {1, 2, 5, 17, 64, 65, 130}) {
+      for (int fmt = 0; fmt < 2; ++fmt) {
+        const size_t bytes = fmt == 0 ? 34 : 18;
+        std::vector<uint8_t> blocks(n_blocks * bytes);
+        for (auto& b : blocks) b = static_cast<uint8_t>(rng() & 255);
+        for (size_t b = 0; b < n_blocks; ++b) {
+          const uint16_t d = Fp32ToFp16(u(rng));
+          std::memcpy(&blocks[b * bytes], &d, 2);
+        }
+        std::vector<float> fast(n_blocks * 32), ref(n_blocks * 32);
+        if (fmt == 0) {
+          DequantizeQ8_0Blocks(blocks.data(), n_blocks, fast.data());
+          ASSERT_TRUE(DequantizeRow(GgmlType::kQ8_0, blocks.data(), ref.data(), n_blocks * 32).ok());
+          for (size_t i = 0; i < fast.size(); ++i) ASSERT_EQ(fast[i], ref[i]) << i;
+        } else {
+          DequantizeQ4_0Blocks(blocks.data(), n_blocks, fast.data());
+          ASSERT_TRUE(DequantizeRow(GgmlType::kQ4_0, blocks.data(), ref.data(), n_blocks * 32).ok());
+          for (size_t i = 0; i < fast.size(); ++i) {
+            uint16_t d;
+            std::memcpy(&d, &blocks[(i / 32) * bytes], 2);
+            ASSERT_NEAR(fast[i], ref[i], std::ldexp(8.0f * std::fabs(Fp16ToFp32(d)), -22)) << i;
+          }
         }
       }
     }
   }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 TEST(CodeUnpack, GroupParamsSplitLikeTheTwinOnEveryTarget) {
