@@ -92,12 +92,12 @@ struct Shape64 {
 };
 
 // Per query row: x * scale quantized to int8 (QuantizeI8's rule: inv = 127 / max|x * scale|,
-// round to nearest even, clamp to +-127), arranged as ArrangeQueryForPacked does for d = 64,
-// and broadcast per segment; alpha and x . min.
+// round to nearest even, clamp to +-127), arranged as ArrangeQueryForPacked does for d = 64
+// (stored to qp, 64 bytes); alpha and x . min.
 template <int kBits>
-KVPACK_BLOCK_INLINE void PrepareQuery(const float* x, const __m512 (&sc)[4], const __m512 (&mn)[4],
-                                      __m512i (&qv)[Shape64<kBits>::kK], __m512& alpha,
-                                      __m512& xmin) {
+KVPACK_BLOCK_INLINE void ArrangedQuery(const float* x, const __m512 (&sc)[4],
+                                       const __m512 (&mn)[4], int8_t* qp, float& alpha,
+                                       float& xmin) {
   __m512 xs[4];
   __m512 vmax = _mm512_setzero_ps(), vdot = _mm512_setzero_ps();
 #pragma GCC unroll 4
@@ -108,10 +108,10 @@ KVPACK_BLOCK_INLINE void PrepareQuery(const float* x, const __m512 (&sc)[4], con
     vdot = _mm512_fmadd_ps(v, mn[j], vdot);
   }
   const float amax = _mm512_reduce_max_ps(vmax);
-  xmin = _mm512_set1_ps(_mm512_reduce_add_ps(vdot));
+  xmin = _mm512_reduce_add_ps(vdot);
   __m512i q8 = _mm512_setzero_si512();
   if (amax > 0.0f) {
-    alpha = _mm512_set1_ps(amax / 127.0f);
+    alpha = amax / 127.0f;
     const __m512 inv = _mm512_set1_ps(127.0f / amax);
     const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
     __m128i b[4];
@@ -124,7 +124,7 @@ KVPACK_BLOCK_INLINE void PrepareQuery(const float* x, const __m512 (&sc)[4], con
     q8 = _mm512_inserti32x4(q8, b[2], 2);
     q8 = _mm512_inserti32x4(q8, b[3], 3);
   } else {
-    alpha = _mm512_setzero_ps();
+    alpha = 0.0f;
   }
   // ArrangeQueryForPacked for d = 64 (packed_dot_i8.cc's ArrangeQuery64).
   __m512i shuffle, order;
@@ -137,16 +137,23 @@ KVPACK_BLOCK_INLINE void PrepareQuery(const float* x, const __m512 (&sc)[4], con
         _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
     order = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
   }
-  const __m512i qp = _mm512_permutexvar_epi32(order, _mm512_shuffle_epi8(q8, shuffle));
-  // Segment s (d / k bytes) repeated over the vector.
+  _mm512_store_si512(qp, _mm512_permutexvar_epi32(order, _mm512_shuffle_epi8(q8, shuffle)));
+}
+
+// The arranged query's segment s (64 / k bytes) repeated over a vector, as packed_dot_i8.cc
+// reads it: lane u holds dword u % W of the segment.
+template <int kBits>
+KVPACK_BLOCK_INLINE void BroadcastSegments(const int8_t* qp, __m512i (&qv)[Shape64<kBits>::kK]) {
   if constexpr (kBits == 2) {
-    qv[0] = _mm512_shuffle_i32x4(qp, qp, 0x00);
-    qv[1] = _mm512_shuffle_i32x4(qp, qp, 0x55);
-    qv[2] = _mm512_shuffle_i32x4(qp, qp, 0xAA);
-    qv[3] = _mm512_shuffle_i32x4(qp, qp, 0xFF);
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+      qv[s] = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(qp + 16 * s)));
+    }
   } else {
-    qv[0] = _mm512_shuffle_i64x2(qp, qp, 0x44);
-    qv[1] = _mm512_shuffle_i64x2(qp, qp, 0xEE);
+#pragma GCC unroll 2
+    for (int s = 0; s < 2; ++s) {
+      qv[s] = _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(qp + 32 * s)));
+    }
   }
 }
 
@@ -185,41 +192,74 @@ KVPACK_BLOCK_INLINE void Tree(const uint8_t* block, size_t bytes,
   }
 }
 
-// Query rows [0, NQ) of q against all rows, one pass over the codes.
+// Blocks per phase: their arranged queries (64 bytes per block and query) stay in L1.
+constexpr size_t kPhaseBlocks = 32;
+
+// Query rows [0, NQ) against blocks [0, n_blocks), kPhaseBlocks at a time in two phases: first
+// every block's int8 query (a chain of reductions and a division per query with no work to
+// overlap it inside one 32-token block; across blocks these chains are independent), then
+// every block's rows. Block j: rows [starts[j], starts[j + 1]), params at params + 128 j.
 template <int kBits, int NQ>
-KVPACK_BLOCK_ATTR void BlockPass(const uint8_t* rows, size_t n_rows, const __m512 (&sc)[4],
-                                 const __m512 (&mn)[4], const float* q, float* scores,
-                                 size_t ld) {
+KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
+                                  const int64_t* starts, size_t n_blocks, const float* q,
+                                  float* scores, size_t ld) {
   using S = Shape64<kBits>;
-  __m512i qv[NQ][S::kK];
-  __m512 alpha[NQ], xmin[NQ];
+  alignas(64) int8_t qp[kPhaseBlocks][NQ][64];
+  float alpha[kPhaseBlocks][NQ], xmin[kPhaseBlocks][NQ];
+  for (size_t j0 = 0; j0 < n_blocks; j0 += kPhaseBlocks) {
+    const size_t jn = std::min(kPhaseBlocks, n_blocks - j0);
+    for (size_t j = 0; j < jn; ++j) {
+      const uint16_t* pj = params + (j0 + j) * 128;
+      __m512 sc[4], mn[4];
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        sc[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pj + 16 * c)));
+        mn[c] = _mm512_cvtph_ps(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pj + 64 + 16 * c)));
+      }
 #pragma GCC unroll 8
-  for (int i = 0; i < NQ; ++i) PrepareQuery<kBits>(q + 64 * i, sc, mn, qv[i], alpha[i], xmin[i]);
-  size_t t0 = 0;
-  for (; t0 + 16 <= n_rows; t0 += 16) {
-    const uint8_t* block = rows + t0 * S::kRowBytes;
-#pragma GCC unroll 8
-    for (int z = 0; z < S::kW; ++z) {
-      _mm_prefetch(reinterpret_cast<const char*>(block + 64 * z + kPrefetchBytes), _MM_HINT_T0);
+      for (int i = 0; i < NQ; ++i) {
+        ArrangedQuery<kBits>(q + 64 * i, sc, mn, qp[j][i], alpha[j][i], xmin[j][i]);
+      }
     }
-    __m512i acc[NQ];
-    Tree<kBits, NQ, 0, S::kW, false>(block, 0, qv, acc);
+    for (size_t j = 0; j < jn; ++j) {
+      __m512i qv[NQ][S::kK];
 #pragma GCC unroll 8
-    for (int i = 0; i < NQ; ++i) {
-      // alpha * dot, then + x . min: CombineCodeDots' two roundings.
-      const __m512 s = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[i]), alpha[i]), xmin[i]);
-      _mm512_storeu_ps(scores + i * ld + t0, s);
-    }
-  }
-  if (t0 < n_rows) {
-    const size_t left = n_rows - t0;
-    __m512i acc[NQ];
-    Tree<kBits, NQ, 0, S::kW, true>(rows + t0 * S::kRowBytes, left * S::kRowBytes, qv, acc);
-    const __mmask16 live = static_cast<__mmask16>((1u << left) - 1);
+      for (int i = 0; i < NQ; ++i) BroadcastSegments<kBits>(qp[j][i], qv[i]);
+      const size_t r0 = static_cast<size_t>(starts[j0 + j]);
+      const size_t r1 = static_cast<size_t>(starts[j0 + j + 1]);
+      size_t t0 = r0;
+      for (; t0 + 16 <= r1; t0 += 16) {
+        const uint8_t* block = rows + t0 * S::kRowBytes;
 #pragma GCC unroll 8
-    for (int i = 0; i < NQ; ++i) {
-      const __m512 s = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[i]), alpha[i]), xmin[i]);
-      _mm512_mask_storeu_ps(scores + i * ld + t0, live, s);
+        for (int z = 0; z < S::kW; ++z) {
+          _mm_prefetch(reinterpret_cast<const char*>(block + 64 * z + kPrefetchBytes),
+                       _MM_HINT_T0);
+        }
+        __m512i acc[NQ];
+        Tree<kBits, NQ, 0, S::kW, false>(block, 0, qv, acc);
+#pragma GCC unroll 8
+        for (int i = 0; i < NQ; ++i) {
+          // alpha * dot, then + x . min: CombineCodeDots' two roundings.
+          const __m512 v = _mm512_add_ps(
+              _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i]), _mm512_set1_ps(alpha[j][i])),
+              _mm512_set1_ps(xmin[j][i]));
+          _mm512_storeu_ps(scores + i * ld + t0, v);
+        }
+      }
+      if (t0 < r1) {
+        const size_t left = r1 - t0;
+        __m512i acc[NQ];
+        Tree<kBits, NQ, 0, S::kW, true>(rows + t0 * S::kRowBytes, left * S::kRowBytes, qv, acc);
+        const __mmask16 live = static_cast<__mmask16>((1u << left) - 1);
+#pragma GCC unroll 8
+        for (int i = 0; i < NQ; ++i) {
+          const __m512 v = _mm512_add_ps(
+              _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i]), _mm512_set1_ps(alpha[j][i])),
+              _mm512_set1_ps(xmin[j][i]));
+          _mm512_mask_storeu_ps(scores + i * ld + t0, live, v);
+        }
+      }
     }
   }
 }
@@ -227,29 +267,25 @@ KVPACK_BLOCK_ATTR void BlockPass(const uint8_t* rows, size_t n_rows, const __m51
 // Query rows in passes of at most kMaxQ (the accumulators of the tree, about log2 W + 1 per
 // query, and the k query vectors per query within the 32 registers).
 template <int kBits>
-KVPACK_BLOCK_ATTR void ScoreBlock64(const uint8_t* rows, size_t n_rows, const uint16_t* params,
-                                    const float* q, size_t n_q, float* scores, size_t ld) {
+KVPACK_BLOCK_ATTR void ScoreBlocks64(const uint8_t* rows, const uint16_t* params,
+                                     const int64_t* starts, size_t n_blocks, const float* q,
+                                     size_t n_q, float* scores, size_t ld) {
   constexpr int kMaxQ = kBits == 2 ? 3 : 4;
-  __m512 sc[4], mn[4];
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    sc[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(params + 16 * j)));
-    mn[j] = _mm512_cvtph_ps(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(params + 64 + 16 * j)));
-  }
   size_t i = 0;
   for (; i + kMaxQ <= n_q; i += kMaxQ) {
-    BlockPass<kBits, kMaxQ>(rows, n_rows, sc, mn, q + 64 * i, scores + i * ld, ld);
+    BlocksPass<kBits, kMaxQ>(rows, params, starts, n_blocks, q + 64 * i, scores + i * ld, ld);
   }
   switch (n_q - i) {
     case 3:
-      if constexpr (kMaxQ > 3) BlockPass<kBits, 3>(rows, n_rows, sc, mn, q + 64 * i, scores + i * ld, ld);
+      if constexpr (kMaxQ > 3) {
+        BlocksPass<kBits, 3>(rows, params, starts, n_blocks, q + 64 * i, scores + i * ld, ld);
+      }
       break;
     case 2:
-      BlockPass<kBits, 2>(rows, n_rows, sc, mn, q + 64 * i, scores + i * ld, ld);
+      BlocksPass<kBits, 2>(rows, params, starts, n_blocks, q + 64 * i, scores + i * ld, ld);
       break;
     case 1:
-      BlockPass<kBits, 1>(rows, n_rows, sc, mn, q + 64 * i, scores + i * ld, ld);
+      BlocksPass<kBits, 1>(rows, params, starts, n_blocks, q + 64 * i, scores + i * ld, ld);
       break;
     default:
       break;
@@ -274,21 +310,27 @@ bool HasFastChannelBlockScores(size_t row_bytes, size_t d, int bits) {
 #endif
 }
 
-void ScoreChannelBlockI8(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,
-                         int bits, const uint16_t* params, const float* q, size_t n_q,
-                         float* scores, size_t ld) {
-  if (n_rows == 0 || n_q == 0) return;
+void ScoreChannelBlocksI8(const uint8_t* rows, size_t row_bytes, size_t d, int bits,
+                          const uint16_t* params, const int64_t* starts, size_t n_blocks,
+                          const float* q, size_t n_q, float* scores, size_t ld) {
+  if (n_blocks == 0 || n_q == 0) return;
 #if KVPACK_HAVE_BLOCK_KERNEL
   if (HasFastChannelBlockScores(row_bytes, d, bits)) {
     if (bits == 2) {
-      ScoreBlock64<2>(rows, n_rows, params, q, n_q, scores, ld);
+      ScoreBlocks64<2>(rows, params, starts, n_blocks, q, n_q, scores, ld);
     } else {
-      ScoreBlock64<4>(rows, n_rows, params, q, n_q, scores, ld);
+      ScoreBlocks64<4>(rows, params, starts, n_blocks, q, n_q, scores, ld);
     }
     return;
   }
 #endif
-  ScoreChannelBlockGeneral(rows, n_rows, row_bytes, d, bits, params, q, n_q, scores, ld);
+  for (size_t j = 0; j < n_blocks; ++j) {
+    const size_t r0 = static_cast<size_t>(starts[j]), r1 = static_cast<size_t>(starts[j + 1]);
+    if (r1 > r0) {
+      ScoreChannelBlockGeneral(rows + r0 * row_bytes, r1 - r0, row_bytes, d, bits,
+                               params + j * 2 * d, q, n_q, scores + r0, ld);
+    }
+  }
 }
 
 void ScoreChannelBlockI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,

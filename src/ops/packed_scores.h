@@ -4,11 +4,12 @@
 //   q . (code * scale + min) = (q * scale) . code + q . min
 //                            ~ alpha * (q8 . code) + q . min,   (q8, alpha) = QuantizeI8(q * scale).
 //
-// Design goals: one call per block and query group does all of it (the query's int8
-// quantization and arrangement, the integer dots, the float combination) in registers. A KIVI
-// block is only 32 tokens, so the per-block query work of the general path (five kernel calls
-// and their buffers) took about a quarter of KIVI's decode time. On CPUs with AVX512-VNNI one
-// vpdpbusd adds four code x query products per 32-bit lane.
+// Design goals: one call per run of blocks and query group does all of it (the query's int8
+// quantization and arrangement, the integer dots, the float combination). A KIVI block is
+// only 32 tokens, so the per-block query work of the general path (five kernel calls and
+// their buffers) took about a quarter of KIVI's decode time; here the queries of 32 blocks
+// are prepared first (their reduction chains overlap), then the blocks' rows are read. On
+// CPUs with AVX512-VNNI one vpdpbusd adds four code x query products per 32-bit lane.
 // Non-goals: head sizes other than 64 and widths other than 2 and 4 bits on the fast path;
 // every other case (and every other CPU) runs the general path of ops/code_dot_i8.h and
 // ops/packed_dot_i8.h, which computes the same q8, alpha and integer dots.
@@ -20,22 +21,25 @@
 
 namespace kvpack {
 
-// scores[i * ld + r] = alpha_i * (q8_i . code_r) + xmin_i for rows r < n_rows, where
-// (q8_i, alpha_i) = QuantizeI8(q_i * scale) and xmin_i = q_i . min (float sums).
-//   rows: [n_rows, row_bytes] packed LSB-first codes (bits 2 or 4), row_bytes >=
-//   ceil(d * bits / 8);
-//   params: [2, d] fp16, the block's per-channel scales then mins; q: [n_q, d];
-//   scores: [n_q, ld].
-void ScoreChannelBlockI8(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,
-                         int bits, const uint16_t* params, const float* q, size_t n_q, float* scores,
-                         size_t ld);
-// The scalar twin: QuantizeI8Ref of q * scale, DotPackedRowsI8Ref, the same float
+// Consecutive blocks j < n_blocks: block j is rows [starts[j], starts[j + 1]) of `rows`
+// (starts ascending, starts[0] = 0) with its parameters at params + j * 2 * d. For each
+// block's rows r:
+//   scores[i * ld + r] = alpha_i * (q8_i . code_r) + xmin_i,
+// where (q8_i, alpha_i) = QuantizeI8(q_i * scale) and xmin_i = q_i . min (a float sum) with
+// the block's scale and min.
+//   rows: [starts[n_blocks], row_bytes] packed LSB-first codes (bits 2 or 4), row_bytes >=
+//   ceil(d * bits / 8); params: [n_blocks, 2, d] fp16, per block the per-channel scales then
+//   mins; q: [n_q, d]; scores: [n_q, ld].
+void ScoreChannelBlocksI8(const uint8_t* rows, size_t row_bytes, size_t d, int bits,
+                          const uint16_t* params, const int64_t* starts, size_t n_blocks,
+                          const float* q, size_t n_q, float* scores, size_t ld);
+// The scalar twin of one block (n_rows rows, params [2, d]): QuantizeI8Ref of q * scale, DotPackedRowsI8Ref, the same float
 // combination. q8 and alpha are the same as the fast path's; xmin may differ in summation
 // order.
 void ScoreChannelBlockI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,
                             int bits, const uint16_t* params, const float* q, size_t n_q, float* scores,
                             size_t ld);
-// Whether ScoreChannelBlockI8 takes its single-pass kernel for this shape on this CPU.
+// Whether ScoreChannelBlocksI8 takes its single-pass kernel for this shape on this CPU.
 bool HasFastChannelBlockScores(size_t row_bytes, size_t d, int bits);
 
 }  // namespace kvpack

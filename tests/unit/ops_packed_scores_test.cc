@@ -1,7 +1,7 @@
-// The single-pass score kernel of a per-channel key block (ops/packed_scores.h)
-// against its scalar twin on every SIMD target, bit width, head size (64 takes the fast path
-// where the CPU has AVX512-VNNI; others compose the general kernels), row count (16 rows per
-// step and a masked tail) and query count (passes of up to 3 or 4 queries).
+// The score kernel of runs of per-channel key blocks (ops/packed_scores.h) against its scalar
+// twin block by block on every SIMD target, bit width, head size (64 takes the fast path
+// where the CPU has AVX512-VNNI; others compose the general kernels), block layout (16 rows
+// per step, masked tails, more blocks than one phase) and query count (passes of 3 or 4).
 //   - With zero mins the score is alpha * (q8 . code) alone: q8 and alpha follow one rule in
 //     both, the dot is exact, so fast and twin agree bit for bit.
 //   - With mins, x . min is a float sum in a different order: |difference| <= d u sum |x m|
@@ -22,20 +22,25 @@ namespace {
 
 struct Case {
   std::vector<uint8_t> rows;
-  std::vector<uint16_t> params;
+  std::vector<uint16_t> params;  // [n_blocks, 2, d]
+  std::vector<int64_t> starts;   // [n_blocks + 1]
   std::vector<float> q;
 };
 
-Case MakeCase(size_t n_rows, size_t row_bytes, size_t d, size_t n_q, bool zero_mins,
-              std::mt19937& rng) {
+Case MakeCase(const std::vector<int64_t>& sizes, size_t row_bytes, size_t d, size_t n_q,
+              bool zero_mins, std::mt19937& rng) {
   std::normal_distribution<float> g(0.0f, 1.0f);
   Case c;
-  c.rows.resize(n_rows * row_bytes);
+  c.starts.assign(1, 0);
+  for (int64_t n : sizes) c.starts.push_back(c.starts.back() + n);
+  c.rows.resize(c.starts.back() * row_bytes);
   for (auto& b : c.rows) b = static_cast<uint8_t>(rng());
-  c.params.resize(2 * d);
-  for (size_t j = 0; j < d; ++j) {
-    c.params[j] = Fp32ToFp16(std::fabs(g(rng)) * 0.1f + 0.01f);
-    c.params[d + j] = Fp32ToFp16(zero_mins ? 0.0f : g(rng));
+  c.params.resize(sizes.size() * 2 * d);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    for (size_t j = 0; j < d; ++j) {
+      c.params[k * 2 * d + j] = Fp32ToFp16(std::fabs(g(rng)) * 0.1f + 0.01f);
+      c.params[k * 2 * d + d + j] = Fp32ToFp16(zero_mins ? 0.0f : g(rng));
+    }
   }
   c.q.resize(n_q * d);
   for (auto& x : c.q) x = g(rng);
@@ -45,6 +50,12 @@ Case MakeCase(size_t n_rows, size_t row_bytes, size_t d, size_t n_q, bool zero_m
 
 TEST(ChannelBlockScores, MatchTheTwinOnEveryTarget) {
   int fast_runs = 0;
+  // One block (16-row steps and masked tails), KIVI's 32-token blocks, and mixed sizes
+  // (more blocks than one phase holds).
+  std::vector<std::vector<int64_t>> layouts = {{1}, {5}, {16}, {17}, {33}, {70},
+                                               {32, 32, 32}, {7, 32, 16, 1, 40, 3}};
+  layouts.push_back(std::vector<int64_t>(40, 32));
+  layouts.back()[17] = 9;
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
     std::mt19937 rng(21);
@@ -53,33 +64,40 @@ TEST(ChannelBlockScores, MatchTheTwinOnEveryTarget) {
         for (size_t pad : {0, 3}) {
           const size_t row_bytes = d * bits / 8 + pad;
           fast_runs += HasFastChannelBlockScores(row_bytes, d, bits);
-          for (size_t n_rows : {1, 5, 15, 16, 17, 32, 33, 70}) {
+          for (const auto& sizes : layouts) {
             for (size_t n_q : {1, 2, 3, 4, 5, 9}) {
               for (bool zero_mins : {true, false}) {
-                const Case c = MakeCase(n_rows, row_bytes, d, n_q, zero_mins, rng);
-                const size_t ld = n_rows + 3;
+                const Case c = MakeCase(sizes, row_bytes, d, n_q, zero_mins, rng);
+                const size_t n_rows = c.starts.back(), ld = n_rows + 3;
                 std::vector<float> fast(n_q * ld, -5.0f), ref(n_q * ld, -5.0f);
-                ScoreChannelBlockI8(c.rows.data(), n_rows, row_bytes, d, bits, c.params.data(),
-                                    c.q.data(), n_q, fast.data(), ld);
-                ScoreChannelBlockI8Ref(c.rows.data(), n_rows, row_bytes, d, bits,
-                                       c.params.data(), c.q.data(), n_q, ref.data(), ld);
+                ScoreChannelBlocksI8(c.rows.data(), row_bytes, d, bits, c.params.data(),
+                                     c.starts.data(), sizes.size(), c.q.data(), n_q,
+                                     fast.data(), ld);
+                for (size_t k = 0; k < sizes.size(); ++k) {
+                  ScoreChannelBlockI8Ref(c.rows.data() + c.starts[k] * row_bytes, sizes[k],
+                                         row_bytes, d, bits, c.params.data() + k * 2 * d,
+                                         c.q.data(), n_q, ref.data() + c.starts[k], ld);
+                }
                 for (size_t i = 0; i < n_q; ++i) {
-                  double mass = 0.0;
-                  for (size_t j = 0; j < d; ++j) {
-                    mass += std::fabs(c.q[i * d + j] * Fp16ToFp32(c.params[d + j]));
-                  }
                   for (size_t r = 0; r < ld; ++r) {
                     const float a = fast[i * ld + r], b = ref[i * ld + r];
                     if (r >= n_rows) {
                       ASSERT_EQ(a, -5.0f) << "column " << r << " is past the rows";
                       continue;
                     }
-                    const double bound =
-                        zero_mins ? 0.0 : 2.0 * d * std::ldexp(mass, -24) + std::ldexp(std::fabs(b), -23);
+                    size_t k = 0;
+                    while (static_cast<int64_t>(r) >= c.starts[k + 1]) ++k;
+                    double mass = 0.0;
+                    for (size_t j = 0; j < d; ++j) {
+                      mass += std::fabs(c.q[i * d + j] * Fp16ToFp32(c.params[k * 2 * d + d + j]));
+                    }
+                    const double bound = zero_mins ? 0.0
+                                                   : 2.0 * d * std::ldexp(mass, -24) +
+                                                         std::ldexp(std::fabs(b), -23);
                     ASSERT_LE(std::fabs(a - b), bound)
                         << hwy::TargetName(target) << " bits " << bits << " d " << d << " pad "
-                        << pad << " rows " << n_rows << " n_q " << n_q << " query " << i
-                        << " row " << r;
+                        << pad << " blocks " << sizes.size() << " n_q " << n_q << " query "
+                        << i << " row " << r;
                   }
                 }
                 // Not vacuous: a nonzero query row gives scores that vary with the codes.

@@ -525,13 +525,16 @@ void ChannelBlocks::UnpackTile(int64_t a, int64_t e, uint8_t* out) const {
 void ChannelBlocks::Scores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
                            int64_t ld, int64_t col0) const {
   if (r0 >= r1) return;
-  if (UseIntegerKeys(bits_)) {  // per block, straight from the packed rows
-    for (int64_t b = BlockOf(r0); b < n_blocks() && block_start_[b] < r1; ++b) {
-      const int64_t bs = std::max(r0, block_start_[b]);
-      const int64_t be = std::min(r1, b + 1 < n_blocks() ? block_start_[b + 1] : n_rows_);
-      ScoreChannelBlockI8(&codes_[bs * row_bytes_], be - bs, row_bytes_, d_, bits_,
-                          &params_[b * 2 * d_], q, n_q, scores + col0 + (bs - r0), ld);
+  if (UseIntegerKeys(bits_)) {  // the blocks the range touches, straight from the packed rows
+    const int64_t b0 = BlockOf(r0);
+    thread_local std::vector<int64_t> starts;  // relative to r0
+    starts.assign(1, 0);
+    for (int64_t b = b0 + 1; b < n_blocks() && block_start_[b] < r1; ++b) {
+      starts.push_back(block_start_[b] - r0);
     }
+    starts.push_back(r1 - r0);
+    ScoreChannelBlocksI8(&codes_[r0 * row_bytes_], row_bytes_, d_, bits_, &params_[b0 * 2 * d_],
+                         starts.data(), starts.size() - 1, q, n_q, scores + col0, ld);
     return;
   }
   CodeTileScratch& t = TileScratch(d_);
