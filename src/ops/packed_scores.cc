@@ -10,6 +10,7 @@
 #include "core/half.h"
 #include "ops/code_dot.h"
 #include "ops/code_dot_i8.h"
+#include "ops/code_unpack.h"
 #include "ops/packed_dot_i8.h"
 #include "ops/vec.h"
 
@@ -49,6 +50,27 @@ void ScoreChannelBlockGeneral(const uint8_t* rows, size_t n_rows, size_t row_byt
   // One group with unit "scale" and "min": alpha * dot + q . min.
   CombineCodeDots(dots.data(), ones.data(), ones.data(), pld, n_rows, n_q, 1, alpha.data(),
                   xmin.data(), scores, ld);
+}
+
+// The general path of ScoreTokenRowsI8: arrangement, packed dots, parameters and the
+// combination as separate kernels.
+void ScoreTokenRowsGeneral(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,
+                           int bits, const uint16_t* params, const int8_t* q8,
+                           const float* alpha, const float* qsum, size_t n_q, float* scores,
+                           size_t ld) {
+  thread_local std::vector<float> scale, min;
+  thread_local std::vector<int8_t> qp;
+  thread_local std::vector<int32_t> dots;
+  const size_t pld = (n_rows + kCombinePad - 1) / kCombinePad * kCombinePad;
+  scale.resize(pld);
+  min.resize(pld);
+  qp.resize(n_q * d);
+  dots.resize(n_q * pld);
+  ArrangeQueryForPacked(q8, n_q, d, bits, qp.data());
+  DotPackedRowsI8(rows, n_rows, row_bytes, d, bits, q8, qp.data(), n_q, dots.data(), pld);
+  SplitGroupParams(params, n_rows, 1, 0, 1, scale.data(), min.data(), pld);
+  CombineCodeDots(dots.data(), scale.data(), min.data(), pld, n_rows, n_q, 1, alpha, qsum,
+                  scores, ld);
 }
 
 #if KVPACK_HAVE_BLOCK_KERNEL
@@ -299,6 +321,96 @@ KVPACK_BLOCK_ATTR void ScoreBlocks64(const uint8_t* rows, const uint16_t* params
       break;
   }
 }
+// An int8 query row (64 bytes) in packed order (ArrangeQueryForPacked at d = 64).
+template <int kBits>
+KVPACK_BLOCK_INLINE void ArrangeI8(const int8_t* q8, int8_t* qp) {
+  __m512i shuffle, order;
+  if constexpr (kBits == 2) {
+    shuffle = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+    order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  } else {
+    shuffle = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    order = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  }
+  const __m512i v = _mm512_shuffle_epi8(_mm512_loadu_si512(q8), shuffle);
+  _mm512_store_si512(qp, _mm512_permutexvar_epi32(order, v));
+}
+
+// Query rows [0, NQ) against consecutive rows with one (scale, min) pair each: per 16 rows the
+// tree of dots, the 16 pairs (one 64-byte load: scale in the low half of each dword, min in
+// the high half) and CombineCodeDots' arithmetic.
+template <int kBits, int NQ>
+KVPACK_BLOCK_ATTR void TokenRowsPass(const uint8_t* rows, size_t n_rows, const uint16_t* params,
+                                     const int8_t* q8, const float* alpha, const float* qsum,
+                                     float* scores, size_t ld) {
+  using S = Shape64<kBits>;
+  alignas(64) int8_t qp[NQ][64];
+  __m512i qv[NQ][S::kK];
+#pragma GCC unroll 8
+  for (int i = 0; i < NQ; ++i) {
+    ArrangeI8<kBits>(q8 + 64 * i, qp[i]);
+    BroadcastSegments<kBits>(qp[i], qv[i]);
+  }
+  for (size_t t0 = 0; t0 < n_rows; t0 += 16) {
+    const size_t left = std::min<size_t>(16, n_rows - t0);
+    const uint8_t* block = rows + t0 * S::kRowBytes;
+    const __mmask16 live = static_cast<__mmask16>((1u << left) - 1);
+    __m512i acc[NQ];
+    if (left == 16) {
+#pragma GCC unroll 8
+      for (int z = 0; z < S::kW; ++z) {
+        _mm_prefetch(reinterpret_cast<const char*>(block + 64 * z + kPrefetchBytes),
+                     _MM_HINT_T0);
+      }
+      Tree<kBits, NQ, 0, S::kW, false>(block, 0, qv, acc);
+    } else {
+      Tree<kBits, NQ, 0, S::kW, true>(block, left * S::kRowBytes, qv, acc);
+    }
+    const __m512i pairs = _mm512_maskz_loadu_epi32(live, params + 2 * t0);
+    const __m512 sc = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(pairs));
+    const __m512 mn = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(pairs, 16)));
+#pragma GCC unroll 8
+    for (int i = 0; i < NQ; ++i) {
+      const __m512 s = _mm512_mul_ps(_mm512_set1_ps(alpha[i]), sc);
+      const __m512 v = _mm512_fmadd_ps(mn, _mm512_set1_ps(qsum[i]),
+                                       _mm512_mul_ps(s, _mm512_cvtepi32_ps(acc[i])));
+      _mm512_mask_storeu_ps(scores + i * ld + t0, live, v);
+    }
+  }
+}
+
+template <int kBits>
+KVPACK_BLOCK_ATTR void ScoreTokenRows64(const uint8_t* rows, size_t n_rows,
+                                        const uint16_t* params, const int8_t* q8,
+                                        const float* alpha, const float* qsum, size_t n_q,
+                                        float* scores, size_t ld) {
+  constexpr int kMaxQ = kBits == 2 ? 3 : 4;
+  size_t i = 0;
+  for (; i + kMaxQ <= n_q; i += kMaxQ) {
+    TokenRowsPass<kBits, kMaxQ>(rows, n_rows, params, q8 + 64 * i, alpha + i, qsum + i,
+                                scores + i * ld, ld);
+  }
+  switch (n_q - i) {
+    case 3:
+      if constexpr (kMaxQ > 3) {
+        TokenRowsPass<kBits, 3>(rows, n_rows, params, q8 + 64 * i, alpha + i, qsum + i,
+                                scores + i * ld, ld);
+      }
+      break;
+    case 2:
+      TokenRowsPass<kBits, 2>(rows, n_rows, params, q8 + 64 * i, alpha + i, qsum + i,
+                              scores + i * ld, ld);
+      break;
+    case 1:
+      TokenRowsPass<kBits, 1>(rows, n_rows, params, q8 + 64 * i, alpha + i, qsum + i,
+                              scores + i * ld, ld);
+      break;
+    default:
+      break;
+  }
+}
 #pragma GCC diagnostic pop
 #endif  // KVPACK_HAVE_BLOCK_KERNEL
 
@@ -337,6 +449,38 @@ void ScoreChannelBlocksI8(const uint8_t* rows, size_t row_bytes, size_t d, int b
     if (r1 > r0) {
       ScoreChannelBlockGeneral(rows + r0 * row_bytes, r1 - r0, row_bytes, d, bits,
                                params + j * 2 * d, q, n_q, scores + r0, ld);
+    }
+  }
+}
+
+void ScoreTokenRowsI8(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d, int bits,
+                      const uint16_t* params, const int8_t* q8, const float* alpha,
+                      const float* qsum, size_t n_q, float* scores, size_t ld) {
+  if (n_rows == 0 || n_q == 0) return;
+#if KVPACK_HAVE_BLOCK_KERNEL
+  if (HasFastChannelBlockScores(row_bytes, d, bits)) {
+    if (bits == 2) {
+      ScoreTokenRows64<2>(rows, n_rows, params, q8, alpha, qsum, n_q, scores, ld);
+    } else {
+      ScoreTokenRows64<4>(rows, n_rows, params, q8, alpha, qsum, n_q, scores, ld);
+    }
+    return;
+  }
+#endif
+  ScoreTokenRowsGeneral(rows, n_rows, row_bytes, d, bits, params, q8, alpha, qsum, n_q, scores,
+                        ld);
+}
+
+void ScoreTokenRowsI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,
+                         int bits, const uint16_t* params, const int8_t* q8, const float* alpha,
+                         const float* qsum, size_t n_q, float* scores, size_t ld) {
+  std::vector<int32_t> dots(n_q * n_rows);
+  DotPackedRowsI8Ref(rows, n_rows, row_bytes, d, bits, q8, n_q, dots.data(), n_rows);
+  for (size_t i = 0; i < n_q; ++i) {
+    for (size_t r = 0; r < n_rows; ++r) {
+      const float s = alpha[i] * Fp16ToFp32(params[2 * r]);
+      const float a = s * static_cast<float>(dots[i * n_rows + r]);
+      scores[i * ld + r] = std::fma(Fp16ToFp32(params[2 * r + 1]), qsum[i], a);
     }
   }
 }

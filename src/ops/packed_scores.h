@@ -1,6 +1,6 @@
-// Attention scores over one block of keys quantized per channel (KIVI's key groups, KCVT's
-// key blocks: kv/codecs/quant_common.h's ChannelBlocks), read straight from the packed rows
-// with the query folded into the block's scales and quantized to int8 on the fly:
+// Attention scores read straight from packed 2/4-bit key rows in one pass per call.
+// Per-channel key blocks (KIVI's key groups, KCVT's key blocks: kv/codecs/quant_common.h's
+// ChannelBlocks) fold the query into each block's scales and quantize it to int8 on the fly:
 //   q . (code * scale + min) = (q * scale) . code + q . min
 //                            ~ alpha * (q8 . code) + q . min,   (q8, alpha) = QuantizeI8(q * scale).
 //
@@ -39,7 +39,21 @@ void ScoreChannelBlocksI8(const uint8_t* rows, size_t row_bytes, size_t d, int b
 void ScoreChannelBlockI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,
                             int bits, const uint16_t* params, const float* q, size_t n_q, float* scores,
                             size_t ld);
-// Whether ScoreChannelBlocksI8 takes its single-pass kernel for this shape on this CPU.
+// Consecutive rows with one (scale, min) group each (FlexGen and HF per-token groups as wide
+// as the head), for a query already quantized by the caller (QuantizeI8: q8_i, alpha_i) with
+// qsum_i the sum of q_i:
+//   scores[i * ld + r] = fma(min_r, qsum_i, (alpha_i * scale_r) * (q8_i . code_r))
+// (CombineCodeDots' arithmetic, so either path gives the same floats).
+//   rows: [n_rows, row_bytes] packed codes (bits 2 or 4); params: [n_rows, 2] fp16 (scale,
+//   min) per row; q8: [n_q, d]; alpha, qsum: [n_q]; scores: [n_q, ld].
+void ScoreTokenRowsI8(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d, int bits,
+                      const uint16_t* params, const int8_t* q8, const float* alpha,
+                      const float* qsum, size_t n_q, float* scores, size_t ld);
+// Its scalar twin (DotPackedRowsI8Ref and the same float steps; bit-identical).
+void ScoreTokenRowsI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,
+                         int bits, const uint16_t* params, const int8_t* q8, const float* alpha,
+                         const float* qsum, size_t n_q, float* scores, size_t ld);
+// Whether ScoreChannelBlocksI8 and ScoreTokenRowsI8 take its single-pass kernel for this shape on this CPU.
 bool HasFastChannelBlockScores(size_t row_bytes, size_t d, int bits);
 
 }  // namespace kvpack

@@ -115,5 +115,75 @@ TEST(ChannelBlockScores, MatchTheTwinOnEveryTarget) {
   if (fast_runs == 0) GTEST_SKIP() << "no AVX512-VNNI: only the general path was compared";
 }
 
+// Rows with one (scale, min) pair each: the same floats as the twin where the single-pass
+// kernel runs (exact integer dots, the same float steps); the general path on every other
+// target within the rounding of a multiply-add done in two steps; row counts around the
+// 16-row steps.
+TEST(TokenRowScores, EqualTheTwinOnEveryTarget) {
+  int fast_runs = 0;
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::mt19937 rng(22);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    for (int bits : {2, 4}) {
+      for (size_t d : {32, 64, 128}) {
+        for (size_t pad : {0, 3}) {
+          const size_t row_bytes = d * bits / 8 + pad;
+          fast_runs += HasFastChannelBlockScores(row_bytes, d, bits);
+          for (size_t n_rows : {1, 5, 16, 17, 40, 100}) {
+            for (size_t n_q : {1, 2, 3, 4, 5, 9}) {
+              std::vector<uint8_t> rows(n_rows * row_bytes);
+              for (auto& b : rows) b = static_cast<uint8_t>(rng());
+              std::vector<uint16_t> params(2 * n_rows);
+              for (size_t r = 0; r < n_rows; ++r) {
+                params[2 * r] = Fp32ToFp16(std::fabs(g(rng)) * 0.1f + 0.01f);
+                params[2 * r + 1] = Fp32ToFp16(g(rng));
+              }
+              std::vector<int8_t> q8(n_q * d);
+              for (auto& x : q8) x = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+              std::vector<float> alpha(n_q), qsum(n_q);
+              for (size_t i = 0; i < n_q; ++i) {
+                alpha[i] = std::fabs(g(rng)) * 0.01f;
+                qsum[i] = g(rng) * 4.0f;
+              }
+              const size_t ld = n_rows + 3;
+              std::vector<float> fast(n_q * ld, -5.0f), ref(n_q * ld, -5.0f);
+              ScoreTokenRowsI8(rows.data(), n_rows, row_bytes, d, bits, params.data(), q8.data(),
+                               alpha.data(), qsum.data(), n_q, fast.data(), ld);
+              ScoreTokenRowsI8Ref(rows.data(), n_rows, row_bytes, d, bits, params.data(),
+                                  q8.data(), alpha.data(), qsum.data(), n_q, ref.data(), ld);
+              if (HasFastChannelBlockScores(row_bytes, d, bits)) {
+                ASSERT_EQ(fast, ref) << hwy::TargetName(target) << " bits " << bits << " d "
+                                     << d << " rows " << n_rows << " n_q " << n_q;
+              } else {
+                // The general path on targets without FMA rounds the final multiply-add
+                // twice: within one rounding of each of its two terms.
+                for (size_t i = 0; i < n_q; ++i) {
+                  for (size_t r = 0; r < ld; ++r) {
+                    const size_t x = i * ld + r;
+                    if (r >= n_rows) {
+                      ASSERT_EQ(fast[x], -5.0f);
+                      continue;
+                    }
+                    const double term = std::fabs(Fp16ToFp32(params[2 * r + 1]) * qsum[i]);
+                    ASSERT_LE(std::fabs(fast[x] - ref[x]),
+                              std::ldexp(std::fabs(ref[x]) + 2.0 * term, -22))
+                        << hwy::TargetName(target) << " bits " << bits << " d " << d;
+                  }
+                }
+              }
+              if (n_rows > 1) {
+                EXPECT_NE(ref[0], ref[1]);  // not vacuous
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  if (fast_runs == 0) GTEST_SKIP() << "no AVX512-VNNI: only the general path was compared";
+}
+
 }  // namespace
 }  // namespace kvpack

@@ -361,22 +361,15 @@ void TokenGroupRows::ScoresInteger(int64_t r0, const int64_t* rows, int64_t n_se
   const int g0 = c0 / group_;
   const int ng = (n + group_ - 1) / group_;  // groups of the window
   PrepareGroupedQueryI8(q, n_q, n, group_, t);
-  // Consecutive whole rows with one group each: the dots come from the packed rows.
-  const bool packed = rows == nullptr && c0 == 0 && n == row_len_ && ng == 1;
-  if (packed) {
-    t.qp.resize(static_cast<size_t>(n_q) * n);
-    ArrangeQueryForPacked(t.q8.data(), n_q, n, bits_, t.qp.data());
+  // Consecutive whole rows with one group each: one pass over the packed rows.
+  if (rows == nullptr && c0 == 0 && n == row_len_ && ng == 1) {
+    ScoreTokenRowsI8(&codes_[r0 * row_bytes_], n_sel, row_bytes_, n, bits_, &params_[r0 * 2],
+                     t.q8.data(), t.alpha.data(), t.qm.data(), n_q, scores + col0, ld);
+    return;
   }
   for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
     const int64_t k1 = std::min(n_sel, k0 + kTileRows), m = k1 - k0;
     TileParams(r0, rows, k0, k1, g0, ng, t);
-    if (packed) {
-      DotPackedRowsI8(&codes_[(r0 + k0) * row_bytes_], m, row_bytes_, n, bits_, t.q8.data(),
-                      t.qp.data(), n_q, t.dots.data(), kTileRows);
-      CombineCodeDots(t.dots.data(), t.gscale.data(), t.gmin.data(), kTileRows, m, n_q, 1,
-                      t.alpha.data(), t.qm.data(), scores + col0 + k0, ld);
-      continue;
-    }
     UnpackSelected(r0, rows, k0, k1, c0, n, t.tile_codes.data());
     ScoreGroupedTileI8(t.tile_codes.data(), m, n, group_, n_q, t, scores + col0 + k0, ld);
   }
