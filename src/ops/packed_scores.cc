@@ -113,6 +113,23 @@ struct Shape64 {
   static constexpr size_t kRowBytes = 8 * kBits;
 };
 
+// A 64-byte int8 query row in packed order (ArrangeQueryForPacked at d = 64, as
+// packed_dot_i8.cc's ArrangeQuery64 does it).
+template <int kBits>
+KVPACK_BLOCK_INLINE __m512i Arranged(__m512i q8) {
+  __m512i shuffle, order;
+  if constexpr (kBits == 2) {
+    shuffle = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+    order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  } else {
+    shuffle = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    order = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  }
+  return _mm512_permutexvar_epi32(order, _mm512_shuffle_epi8(q8, shuffle));
+}
+
 // Per query row: x * scale quantized to int8 (QuantizeI8's rule: inv = 127 / max|x * scale|,
 // round to nearest even, clamp to +-127), arranged as ArrangeQueryForPacked does for d = 64
 // (stored to qp, 64 bytes); alpha and x . min.
@@ -148,18 +165,7 @@ KVPACK_BLOCK_INLINE void ArrangedQuery(const float* x, const __m512 (&sc)[4],
   } else {
     alpha = 0.0f;
   }
-  // ArrangeQueryForPacked for d = 64 (packed_dot_i8.cc's ArrangeQuery64).
-  __m512i shuffle, order;
-  if constexpr (kBits == 2) {
-    shuffle = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
-    order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  } else {
-    shuffle = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
-    order = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
-  }
-  _mm512_store_si512(qp, _mm512_permutexvar_epi32(order, _mm512_shuffle_epi8(q8, shuffle)));
+  _mm512_store_si512(qp, Arranged<kBits>(q8));
 }
 
 // The arranged query's segment s (64 / k bytes) repeated over a vector, as packed_dot_i8.cc
@@ -321,23 +327,6 @@ KVPACK_BLOCK_ATTR void ScoreBlocks64(const uint8_t* rows, const uint16_t* params
       break;
   }
 }
-// An int8 query row (64 bytes) in packed order (ArrangeQueryForPacked at d = 64).
-template <int kBits>
-KVPACK_BLOCK_INLINE void ArrangeI8(const int8_t* q8, int8_t* qp) {
-  __m512i shuffle, order;
-  if constexpr (kBits == 2) {
-    shuffle = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
-    order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  } else {
-    shuffle = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
-    order = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
-  }
-  const __m512i v = _mm512_shuffle_epi8(_mm512_loadu_si512(q8), shuffle);
-  _mm512_store_si512(qp, _mm512_permutexvar_epi32(order, v));
-}
-
 // Query rows [0, NQ) against consecutive rows with one (scale, min) pair each: per 16 rows the
 // tree of dots, the 16 pairs (one 64-byte load: scale in the low half of each dword, min in
 // the high half) and CombineCodeDots' arithmetic.
@@ -350,7 +339,7 @@ KVPACK_BLOCK_ATTR void TokenRowsPass(const uint8_t* rows, size_t n_rows, const u
   __m512i qv[NQ][S::kK];
 #pragma GCC unroll 8
   for (int i = 0; i < NQ; ++i) {
-    ArrangeI8<kBits>(q8 + 64 * i, qp[i]);
+    _mm512_store_si512(qp[i], Arranged<kBits>(_mm512_loadu_si512(q8 + 64 * i)));
     BroadcastSegments<kBits>(qp[i], qv[i]);
   }
   for (size_t t0 = 0; t0 < n_rows; t0 += 16) {
