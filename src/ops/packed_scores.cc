@@ -1,4 +1,4 @@
-// The single-pass kernel is compiled for AVX512-BW + VNNI with a function attribute and chosen
+// The single-pass kernels are compiled for AVX512-BW + VNNI with a function attribute and chosen
 // at run time (as ops/code_dot_i16.cc does: Highway 1.0.3's AVX3 target has no VNNI); every
 // other case composes the general kernels.
 #include "ops/packed_scores.h"
@@ -405,7 +405,7 @@ KVPACK_BLOCK_ATTR void ScoreTokenRows64(const uint8_t* rows, size_t n_rows,
 
 }  // namespace
 
-bool HasFastChannelBlockScores(size_t row_bytes, size_t d, int bits) {
+bool HasFastPackedScores(size_t row_bytes, size_t d, int bits) {
 #if KVPACK_HAVE_BLOCK_KERNEL
   // CodeKernelsUseAvx512 asks Highway's dispatch (tests that pin a lower target take the
   // general path); hwy::SupportedTargets() would run CPUID on every call.
@@ -424,7 +424,7 @@ void ScoreChannelBlocksI8(const uint8_t* rows, size_t row_bytes, size_t d, int b
                           const float* q, size_t n_q, float* scores, size_t ld) {
   if (n_blocks == 0 || n_q == 0) return;
 #if KVPACK_HAVE_BLOCK_KERNEL
-  if (HasFastChannelBlockScores(row_bytes, d, bits)) {
+  if (HasFastPackedScores(row_bytes, d, bits)) {
     if (bits == 2) {
       ScoreBlocks64<2>(rows, params, starts, n_blocks, q, n_q, scores, ld);
     } else {
@@ -447,7 +447,7 @@ void ScoreTokenRowsI8(const uint8_t* rows, size_t n_rows, size_t row_bytes, size
                       const float* qsum, size_t n_q, float* scores, size_t ld) {
   if (n_rows == 0 || n_q == 0) return;
 #if KVPACK_HAVE_BLOCK_KERNEL
-  if (HasFastChannelBlockScores(row_bytes, d, bits)) {
+  if (HasFastPackedScores(row_bytes, d, bits)) {
     if (bits == 2) {
       ScoreTokenRows64<2>(rows, n_rows, params, q8, alpha, qsum, n_q, scores, ld);
     } else {

@@ -54,7 +54,7 @@ void ScoreTokenRowsI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, s
                          int bits, const uint16_t* params, const int8_t* q8, const float* alpha,
                          const float* qsum, size_t n_q, float* scores, size_t ld);
 // Whether ScoreChannelBlocksI8 and ScoreTokenRowsI8 take its single-pass kernel for this shape on this CPU.
-bool HasFastChannelBlockScores(size_t row_bytes, size_t d, int bits);
+bool HasFastPackedScores(size_t row_bytes, size_t d, int bits);
 
 }  // namespace kvpack
 

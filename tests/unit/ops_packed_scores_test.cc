@@ -63,7 +63,7 @@ TEST(ChannelBlockScores, MatchTheTwinOnEveryTarget) {
       for (size_t d : {32, 64, 128}) {
         for (size_t pad : {0, 3}) {
           const size_t row_bytes = d * bits / 8 + pad;
-          fast_runs += HasFastChannelBlockScores(row_bytes, d, bits);
+          fast_runs += HasFastPackedScores(row_bytes, d, bits);
           for (const auto& sizes : layouts) {
             for (size_t n_q : {1, 2, 3, 4, 5, 9}) {
               for (bool zero_mins : {true, false}) {
@@ -129,7 +129,7 @@ TEST(TokenRowScores, EqualTheTwinOnEveryTarget) {
       for (size_t d : {32, 64, 128}) {
         for (size_t pad : {0, 3}) {
           const size_t row_bytes = d * bits / 8 + pad;
-          fast_runs += HasFastChannelBlockScores(row_bytes, d, bits);
+          fast_runs += HasFastPackedScores(row_bytes, d, bits);
           for (size_t n_rows : {1, 5, 16, 17, 40, 100}) {
             for (size_t n_q : {1, 2, 3, 4, 5, 9}) {
               std::vector<uint8_t> rows(n_rows * row_bytes);
@@ -152,7 +152,7 @@ TEST(TokenRowScores, EqualTheTwinOnEveryTarget) {
                                alpha.data(), qsum.data(), n_q, fast.data(), ld);
               ScoreTokenRowsI8Ref(rows.data(), n_rows, row_bytes, d, bits, params.data(),
                                   q8.data(), alpha.data(), qsum.data(), n_q, ref.data(), ld);
-              if (HasFastChannelBlockScores(row_bytes, d, bits)) {
+              if (HasFastPackedScores(row_bytes, d, bits)) {
                 ASSERT_EQ(fast, ref) << hwy::TargetName(target) << " bits " << bits << " d "
                                      << d << " rows " << n_rows << " n_q " << n_q;
               } else {

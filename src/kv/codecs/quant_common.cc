@@ -7,12 +7,11 @@
 
 #include "core/check.h"
 #include "core/half.h"
-#include "ops/packed_scores.h"
 #include "ops/code_dot.h"
 #include "ops/code_dot_i16.h"
 #include "ops/code_dot_i8.h"
 #include "ops/code_unpack.h"
-#include "ops/packed_dot_i8.h"
+#include "ops/packed_scores.h"
 #include "ops/vec.h"
 
 namespace kvpack {

@@ -15,11 +15,11 @@
 // 4-bit codes are scored with an int8 query (per-channel scales folded into the query
 // first), exact int32 code dots, then alpha, scales and q.min in one vector pass; when one
 // group covers the whole row (KIVI-style per-channel blocks, per-token groups as wide as the
-// head) the dots are taken from the packed rows directly (ops/packed_dot_i8.h), otherwise
-// from the unpacked tile (ops/code_dot_i8.h); 8-bit codes use the float kernels of
-// ops/code_dot.h. Values fold the per-(row, group)
-// scale into the probability once per tile (ops/code_dot.h AxpyCodeRowsWeighted) and add
-// p.min per group. The float form of the cache never exists beyond one tile per thread; the
+// head) one call scores the packed rows directly (ops/packed_scores.h), otherwise the dots
+// come from the unpacked tile (ops/code_dot_i8.h); 8-bit codes use the float kernels of
+// ops/code_dot.h. Values fold the per-(row, group) scale into the probability once per tile
+// (AxpyCodeRowsWeighted, or int16 weights for 2/4-bit codes: ops/code_dot_i16.h, which reads
+// whole packed rows without unpacking them) and add p.min per group. The float form of the cache never exists beyond one tile per thread; the
 // bytes read are the compressed ones.
 // Non-goals: thread safety of mutation; bit-exactness with the Python libraries (the
 // quantizer follows METHODS.md 0 exactly, HQQ follows the published update rules).
@@ -85,7 +85,6 @@ struct CodeTileScratch {
   std::vector<float> params;        // [kTileRows, n_groups, 2] fp16 params as floats
   std::vector<float> msum;          // [n_q, n_groups]
   std::vector<int8_t> q8;           // [n_q, width] int8 query of the integer key path
-  std::vector<int8_t> qp;           // [n_q, width] q8 arranged for packed rows (packed_dot_i8.h)
   std::vector<float> alpha;         // [n_q] its scales
   std::vector<int32_t> dots;        // [n_q, n_groups, kTileRows] integer code dots
   std::vector<float> weights;       // [n_q, n_groups, kTileRows] probability x row scale
