@@ -231,8 +231,10 @@ const std::map<std::string, Format>& Formats() {
         [](const MethodSpec& s) { return Str(s, "mode", "append") != "hf"; }};
     // gear / gear-l (src/kv/codecs/gear_codec.h): the first Append is one block, then
     // blocks of n_b; bytes per block = backbone + per head A [n, r], B [d, r] fp16 (r =
-    // min(rank, n, d)) and a 12-byte block-table entry + 8 bytes per outlier, plus the
-    // outliers' row index (4 bytes per 64 compressed rows, gear only); the buffer is fp16. Error: |R| <= Q_b's bound on the backbone (outliers are kept out of every
+    // min(rank, n, d)) and a 12-byte block-table entry + 4 bytes per outlier, plus the
+    // outliers' cells (ops/outlier_cells.h, gear only: per head, keys one cell per 16
+    // compressed rows, values ceil(d / 16) per 64, each 32 bytes of counts and ranks and a
+    // 4-byte start, one end offset and 16 words of slack); the buffer is fp16. Error: |R| <= Q_b's bound on the backbone (outliers are kept out of every
     // group's min/max), L = A A^T R has |L_tc| <= ||R_{:,c}||_2 <= sqrt(n) max|R| (plus 2
     // fp16 roundings of the factors), the input is rounded to fp16 first; at outliers the
     // error is the fp16 rounding of X - D^ - L. n <= max(n_b, 16): the tests' first Append
@@ -271,17 +273,21 @@ const std::map<std::string, Format>& Formats() {
             for (int64_t k = 0; k < (n - prompt) / nb; ++k) blocks.push_back({nb, rg});
             const int64_t buf = (n - prompt) % nb;
             int64_t bytes = buf * kHeads * d * 2;
-            if (sp > 0) bytes += kHeads * 4 * Ceil(n - buf, 64);  // outliers' row index
+            if (sp > 0 && n - buf > 0) {  // the outliers' cells
+              const int64_t cells = c == KvComponent::kKey ? Ceil(n - buf, 16)
+                                                           : Ceil(n - buf, 64) * Ceil(d, 16);
+              bytes += kHeads * (cells * (32 + 4) + 4 + 16 * 4);
+            }
             for (auto [m, rank] : blocks) {
               if (c == KvComponent::kKey) {
                 const int64_t groups = bb == "kivi" ? Ceil(m, g) : 1;
                 bytes += kHeads * (bb == "flexgen" ? m * (row + 4 * Ceil(d, gc))
                                                    : m * row + groups * (4 * d + 8));
-                bytes += 8 * kHeads * d * 2 * per_side(m);
+                bytes += 4 * kHeads * d * 2 * per_side(m);
               } else {
                 bytes += bb == "kcvt" ? m * (Ceil(kHeads * d * b, 8) + 4)
                                       : kHeads * m * (row + 4 * Ceil(d, gc));
-                bytes += 8 * m * 2 * per_side(kHeads * d);
+                bytes += 4 * m * 2 * per_side(kHeads * d);
               }
               const int64_t r = std::min<int64_t>({rank, m, d});
               bytes += kHeads * (2 * (m * r + d * r) + 12);

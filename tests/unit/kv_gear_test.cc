@@ -396,6 +396,7 @@ TEST(GearRetainTest, PartlyEvictedBlocksAndSharedBuffer) {
   const auto full0 = DecodeHead(*s, 0, d), full1 = DecodeHead(*s, 1, d);
   const MemoryUsage m0 = s->Memory();
   const int64_t outliers0 = s->n_outliers(0);
+  const size_t outlier_index0 = s->outlier_index_bytes(0);
 
   // Head 0: evict rows 0..4 of the prompt block, the whole second block, and buffered 41.
   std::vector<int64_t> keep;
@@ -411,8 +412,12 @@ TEST(GearRetainTest, PartlyEvictedBlocksAndSharedBuffer) {
   EXPECT_EQ(m0.factor_bytes - m1.factor_bytes, static_cast<size_t>(2 * (5 * 3 + 10 * 2 + 16 * 2)));
   EXPECT_EQ(m0.residual_bytes, m1.residual_bytes);  // head 1 still holds buffered row 41
   // Block tables: head 0 loses 2 of its 6 backbone key groups (8-byte entries: rows 30..37
-  // and 38..39) and 1 of its 2 factor blocks; the heads' buffer row lists (3 + 4 rows) appear.
-  EXPECT_EQ(m1.other_bytes + 2 * 8 + LowRankBlocks::kBlockTableBytes, m0.other_bytes + 7 * 8);
+  // and 38..39) and 1 of its 2 factor blocks; the heads' buffer row lists (3 + 4 rows) appear;
+  // head 0's outlier cells are rebuilt over fewer rows.
+  EXPECT_LT(s->outlier_index_bytes(0), outlier_index0);
+  EXPECT_EQ(m1.other_bytes + 2 * 8 + LowRankBlocks::kBlockTableBytes +
+                (outlier_index0 - s->outlier_index_bytes(0)),
+            m0.other_bytes + 7 * 8);
   EXPECT_LT(s->n_outliers(0), outliers0);
   const auto after0 = DecodeHead(*s, 0, d);
   for (size_t k = 0; k < keep.size(); ++k) {
@@ -547,61 +552,86 @@ TEST(GearAttentionTest, FusedAttentionMatchesAttentionOverDecode) {
 namespace kvpack {
 namespace {
 
-// The outliers' row index: every row range [r0, r1), aligned to the index or not, before and
-// after eviction, sees exactly the entries of its rows (brute force over a plain list).
-TEST(GearSparsePartTest, RowRangesThroughTheIndexSeeExactlyTheirEntries) {
-  constexpr int d = 8;
-  std::mt19937 rng(21);
-  struct Entry {
-    int64_t row;
-    int ch;
-    float v;
-  };
-  std::vector<Entry> all;
-  SparseOutliers s(d);
-  int64_t n_rows = 0;
-  for (int block = 0; block < 9; ++block) {  // blocks of 1..150 rows, some without entries
-    const int64_t n = 1 + rng() % 150;
-    for (int64_t r = n_rows; r < n_rows + n; ++r) {
-      if (block % 4 == 3 || rng() % 3) continue;
-      for (int c = 0; c < d; c += 1 + rng() % 4) {
-        const float v = static_cast<float>(static_cast<int>(rng() % 64) - 32);
-        s.Append(r, c, Fp32ToFp16(v));
-        all.push_back({r, c, v});
-      }
-    }
-    n_rows += n;
-    s.ExtendRows(n_rows);
-  }
-  std::vector<float> q(d);
-  for (int c = 0; c < d; ++c) q[c] = static_cast<float>(c + 1);
-  auto check = [&](const std::vector<Entry>& entries, int64_t rows) {
-    for (int64_t r0 : {int64_t{0}, int64_t{1}, int64_t{63}, int64_t{64}, int64_t{100}, rows / 2}) {
-      for (int64_t len : {1, 5, 64, 128, 300}) {
-        const int64_t r1 = std::min(rows, r0 + len);
-        if (r0 >= r1) continue;
-        std::vector<float> got(r1 - r0, 0.0f), want(r1 - r0, 0.0f);
-        s.AddScores(r0, r1, q.data(), 1, got.data(), r1 - r0);
-        for (const Entry& e : entries) {
-          if (e.row >= r0 && e.row < r1) want[e.row - r0] += q[e.ch] * e.v;
+// The outlier cells, in both layouts: every row range [r0, r1), aligned to the slices or
+// not, before and after eviction, sees exactly the entries of its rows in both products and
+// in decode (brute force over a plain list; small integers keep every sum exact). Blocks of
+// 1..150 rows end inside slices, so partly filled slices are encoded again.
+TEST(GearSparsePartTest, RowRangesSeeExactlyTheirEntries) {
+  constexpr int d = 24;  // two channel cells, the second half used
+  for (OutlierLanes lanes : {OutlierLanes::kRows, OutlierLanes::kChannels}) {
+    std::mt19937 rng(21);
+    struct Entry {
+      int64_t row;
+      int ch;
+      float v;
+    };
+    std::vector<Entry> all;
+    SparseOutliers s(d, lanes);
+    int64_t n_rows = 0;
+    for (int block = 0; block < 9; ++block) {  // some blocks without entries
+      const int64_t n = 1 + rng() % 150;
+      for (int64_t r = n_rows; r < n_rows + n; ++r) {
+        if (block % 4 == 3 || rng() % 3) continue;
+        for (int c = static_cast<int>(rng() % 3); c < d; c += 1 + rng() % (r % 5 == 0 ? 2 : 9)) {
+          const float v = static_cast<float>(static_cast<int>(rng() % 64) - 32);
+          s.Append(r, c, Fp32ToFp16(v));
+          all.push_back({r, c, v});
         }
-        ASSERT_EQ(got, want) << "rows [" << r0 << ", " << r1 << ")";  // small integers: exact
       }
+      n_rows += n;
+      s.ExtendRows(n_rows);
     }
-  };
-  check(all, n_rows);
-  // Evict every third row; survivors are renumbered.
-  std::vector<int64_t> keep;
-  for (int64_t r = 0; r < n_rows; ++r) {
-    if (r % 3) keep.push_back(r);
+    ASSERT_EQ(s.n_entries(), static_cast<int64_t>(all.size()));
+    constexpr int n_q = 5;  // a pass of 4 query rows and one of 1
+    std::vector<float> q(n_q * d);
+    for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(static_cast<int>(i % 7) - 3);
+    auto check = [&](const std::vector<Entry>& entries, int64_t rows) {
+      for (int64_t r0 : {int64_t{0}, int64_t{1}, int64_t{15}, int64_t{64}, int64_t{100}, rows / 2}) {
+        for (int64_t len : {1, 5, 64, 128, 300, 2000}) {
+          const int64_t r1 = std::min(rows, r0 + len), n = r1 - r0;
+          if (n <= 0) continue;
+          std::vector<float> p(n_q * n);
+          for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<float>(static_cast<int>(i % 5) - 2);
+          std::vector<float> got_s(n_q * n, 1.0f), want_s = got_s;
+          std::vector<float> got_o(n_q * d, 2.0f), want_o = got_o;
+          std::vector<float> got_x(n * d, 0.0f), want_x = got_x;
+          s.AddScores(r0, r1, q.data(), n_q, got_s.data(), n);
+          s.AddAccumulate(r0, r1, p.data(), n_q, n, got_o.data());
+          s.AddDecode(r0, r1, got_x.data());
+          for (const Entry& e : entries) {
+            if (e.row < r0 || e.row >= r1) continue;
+            for (int i = 0; i < n_q; ++i) {
+              want_s[i * n + e.row - r0] += q[i * d + e.ch] * e.v;
+              want_o[i * d + e.ch] += p[i * n + e.row - r0] * e.v;
+            }
+            want_x[(e.row - r0) * d + e.ch] += e.v;
+          }
+          ASSERT_EQ(got_s, want_s) << "scores, rows [" << r0 << ", " << r1 << ")";
+          ASSERT_EQ(got_o, want_o) << "accumulate, rows [" << r0 << ", " << r1 << ")";
+          ASSERT_EQ(got_x, want_x) << "decode, rows [" << r0 << ", " << r1 << ")";
+        }
+      }
+    };
+    check(all, n_rows);
+    // Evict every third row; survivors are renumbered.
+    std::vector<int64_t> keep;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      if (r % 3) keep.push_back(r);
+    }
+    std::vector<Entry> kept;
+    for (const Entry& e : all) {
+      if (e.row % 3) kept.push_back({static_cast<int64_t>(std::lower_bound(keep.begin(), keep.end(), e.row) - keep.begin()), e.ch, e.v});
+    }
+    const size_t index_before = s.index_bytes();
+    s.Keep(keep);
+    EXPECT_EQ(s.n_entries(), static_cast<int64_t>(kept.size()));
+    EXPECT_LT(s.index_bytes(), index_before);
+    check(kept, static_cast<int64_t>(keep.size()));
+    MemoryUsage m;
+    s.AddMemory(m);
+    EXPECT_EQ(m.sparse_bytes, kept.size() * SparseOutliers::kEntryBytes);
+    EXPECT_EQ(m.other_bytes, s.index_bytes());
   }
-  std::vector<Entry> kept;
-  for (const Entry& e : all) {
-    if (e.row % 3) kept.push_back({static_cast<int64_t>(std::lower_bound(keep.begin(), keep.end(), e.row) - keep.begin()), e.ch, e.v});
-  }
-  s.Keep(keep);
-  EXPECT_EQ(s.n_entries(), static_cast<int64_t>(kept.size()));
-  check(kept, static_cast<int64_t>(keep.size()));
 }
 
 }  // namespace

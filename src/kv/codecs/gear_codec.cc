@@ -147,7 +147,8 @@ GearStore::GearStore(const GearConfig& config, const StoreShape& shape,
   }
   for (int h = 0; h < shape.n_kv_heads; ++h) {
     lowrank_.emplace_back(shape.head_dim);
-    sparse_.emplace_back(shape.head_dim);
+    // Keys are scored (a lane per row), values accumulated (a lane per channel).
+    sparse_.emplace_back(shape.head_dim, key ? OutlierLanes::kRows : OutlierLanes::kChannels);
   }
 }
 
@@ -244,7 +245,6 @@ void GearStore::CompressBlock(const float* x, int64_t n, int rank) {
         const int64_t i = t * row_len + h * d + c;
         if (!mask[i]) continue;
         const float corr = x[i] - dhat[t * d + c] - low[t * d + c];
-        KVPACK_CHECK(first[h] + t <= std::numeric_limits<int32_t>::max());
         // Saturated: only inputs near fp16's limit on both sides of a group get there.
         sparse_[h].Append(first[h] + t, c, Fp32ToFp16(std::clamp(corr, -65504.0f, 65504.0f)));
       }

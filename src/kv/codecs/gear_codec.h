@@ -122,6 +122,8 @@ class GearStore final : public ComponentStore {
   int64_t n_buffered(int head) const;
   int64_t n_blocks(int head) const { return lowrank_[head].n_blocks(); }
   int64_t n_outliers(int head) const { return sparse_[head].n_entries(); }
+  // The outlier layout's bytes besides the entries (part of Memory().other_bytes).
+  size_t outlier_index_bytes(int head) const { return sparse_[head].index_bytes(); }
 
  private:
   GearStore(const GearConfig& config, const StoreShape& shape,

@@ -10,17 +10,6 @@
 #include "ops/vec.h"
 
 namespace kvpack {
-namespace {
-
-// Per-thread scratch for the fused kernels (concurrent const calls come from different
-// threads; a call never nests another).
-std::vector<float>& Scratch() {
-  thread_local std::vector<float> buf;
-  return buf;
-}
-
-}  // namespace
-
 // ---------------------------------------------------------------------------------------
 // LowRankBlocks
 
@@ -143,134 +132,129 @@ void LowRankBlocks::AddMemory(MemoryUsage& m) const {
 // SparseOutliers
 
 void SparseOutliers::Append(int64_t row, int channel, uint16_t value_fp16) {
-  KVPACK_CHECK(rows_.empty() || row >= rows_.back());
-  KVPACK_CHECK(row >= 0 && row <= std::numeric_limits<int32_t>::max());
-  KVPACK_CHECK(rows_.size() < std::numeric_limits<uint32_t>::max());  // the row index's range
-  // Index entries already made stay right: an entry with no row at or after its start
-  // holds n_entries, which is where this entry goes.
-  rows_.push_back(static_cast<int32_t>(row));
-  channels_.push_back(static_cast<uint16_t>(channel));
-  values_.push_back(value_fp16);
+  const OutlierEntry e{row, channel, value_fp16};
+  KVPACK_CHECK(row >= n_rows_ && channel >= 0 && channel < d_);
+  KVPACK_CHECK(pending_.empty() || row > pending_.back().row ||
+               (row == pending_.back().row && channel > pending_.back().channel));
+  pending_.push_back(e);
+}
+
+void SparseOutliers::EncodeSlices(const std::vector<OutlierEntry>& entries, int64_t n_rows) {
+  const int64_t rows = slice_rows();
+  if (!stream_.empty()) stream_.resize(stream_.size() - kOutlierStreamSlackWords);
+  if (!cell_begin_.empty()) cell_begin_.pop_back();  // the end offset
+  size_t i = 0;
+  for (int64_t s = static_cast<int64_t>(cell_begin_.size()) / cells_per_slice(); s * rows < n_rows; ++s) {
+    size_t j = i;
+    while (j < entries.size() && entries[j].row < (s + 1) * rows) ++j;
+    EncodeOutlierSlice(lanes_, d_, s, std::span(entries).subspan(i, j - i), cell_begin_, stream_);
+    i = j;
+  }
+  KVPACK_CHECK(i == entries.size());
+  cell_begin_.push_back(static_cast<uint32_t>(stream_.size()));
+  stream_.resize(stream_.size() + kOutlierStreamSlackWords, 0);
+  n_entries_ += static_cast<int64_t>(entries.size());
+  n_rows_ = n_rows;
 }
 
 void SparseOutliers::ExtendRows(int64_t n_rows) {
-  KVPACK_CHECK(rows_.empty() || rows_.back() < n_rows);
-  while (static_cast<int64_t>(row_index_.size()) * kIndexRows < n_rows) {
-    const int64_t start = static_cast<int64_t>(row_index_.size()) * kIndexRows;
-    row_index_.push_back(
-        static_cast<uint32_t>(std::lower_bound(rows_.begin(), rows_.end(), start) - rows_.begin()));
+  KVPACK_CHECK(n_rows >= n_rows_ && (pending_.empty() || pending_.back().row < n_rows));
+  std::vector<OutlierEntry> entries;
+  const int64_t rows = slice_rows();
+  if (n_rows_ % rows != 0) {
+    // The last slice is partly filled: its cells are made again with the new rows.
+    const size_t c0 = static_cast<size_t>(n_rows_ / rows) * cells_per_slice();
+    const size_t c1 = cell_begin_.size() - 1;
+    DecodeOutlierCells(lanes_, d_, stream_.data(), cell_begin_.data(), c0, c1, entries);
+    n_entries_ -= static_cast<int64_t>(entries.size());
+    stream_.resize(cell_begin_[c0] + kOutlierStreamSlackWords);
+    cell_begin_.resize(c0 + 1);
   }
+  entries.insert(entries.end(), pending_.begin(), pending_.end());
+  pending_.clear();
+  EncodeSlices(entries, n_rows);
 }
 
-size_t SparseOutliers::FirstEntryAtOrAfter(int64_t r) const {
-  const int64_t k = r / kIndexRows;
-  if (r <= 0) return 0;
-  if (k >= static_cast<int64_t>(row_index_.size())) return rows_.size();
-  const auto lo = rows_.begin() + row_index_[k];
-  const auto hi = k + 1 < static_cast<int64_t>(row_index_.size()) ? rows_.begin() + row_index_[k + 1]
-                                                                   : rows_.end();
-  return std::lower_bound(lo, hi, r) - rows_.begin();
-}
-
-void SparseOutliers::Range(int64_t r0, int64_t r1, size_t& i0, size_t& i1,
-                           std::vector<float>& values) const {
-  i0 = FirstEntryAtOrAfter(r0);
-  i1 = std::max(i0, FirstEntryAtOrAfter(r1));
-  values.resize(i1 - i0);
-  if (i1 > i0) ConvertF16ToF32(&values_[i0], values.data(), i1 - i0);
+std::vector<OutlierEntry> SparseOutliers::EntriesOf(int64_t r0, int64_t r1) const {
+  std::vector<OutlierEntry> all;
+  r1 = Covered(r1);
+  if (r0 >= r1) return all;
+  const int64_t rows = slice_rows();
+  const size_t per = static_cast<size_t>(cells_per_slice());
+  DecodeOutlierCells(lanes_, d_, stream_.data(), cell_begin_.data(), r0 / rows * per,
+                     (r1 + rows - 1) / rows * per, all);
+  std::vector<OutlierEntry> in;
+  for (const OutlierEntry& e : all) {
+    if (e.row >= r0 && e.row < r1) in.push_back(e);
+  }
+  return in;
 }
 
 void SparseOutliers::AddDecode(int64_t r0, int64_t r1, float* out) const {
-  size_t i0, i1;
-  std::vector<float>& v = Scratch();
-  Range(r0, r1, i0, i1, v);
-  for (size_t j = i0; j < i1; ++j) out[(rows_[j] - r0) * d_ + channels_[j]] += v[j - i0];
-}
-
-namespace {
-
-// The sparse terms in one pass over m entries for all query rows:
-//   dst[i * ld_dst + dst_index[j] - dst_offset] += src[i * ld_src + src_index[j] - src_offset] * v[j]
-// (scores: dst index = row, src index = channel; accumulate: the other way round).
-// kNq > 0 fixes the number of query rows so that the loop over them unrolls and each
-// entry's indices and value are read once; kNq = 0 reads n_q.
-template <int kNq, typename DstIndex, typename SrcIndex>
-void AddEntryProducts(const DstIndex* dst_index, int64_t dst_offset, const SrcIndex* src_index,
-                      int64_t src_offset, const float* v, size_t m, const float* src,
-                      int64_t ld_src, int n_q, float* dst, int64_t ld_dst) {
-  const int nq = kNq > 0 ? kNq : n_q;
-  for (size_t j = 0; j < m; ++j) {
-    const int64_t di = dst_index[j] - dst_offset, si = src_index[j] - src_offset;
-    for (int i = 0; i < nq; ++i) dst[i * ld_dst + di] += src[i * ld_src + si] * v[j];
+  for (const OutlierEntry& e : EntriesOf(r0, r1)) {
+    out[(e.row - r0) * d_ + e.channel] += Fp16ToFp32(e.value);
   }
 }
 
-template <typename DstIndex, typename SrcIndex>
-void AddEntryProductsAnyNq(const DstIndex* dst_index, int64_t dst_offset,
-                           const SrcIndex* src_index, int64_t src_offset, const float* v,
-                           size_t m, const float* src, int64_t ld_src, int n_q, float* dst,
-                           int64_t ld_dst) {
-  static constexpr decltype(&AddEntryProducts<0, DstIndex, SrcIndex>) kByRows[] = {
-      &AddEntryProducts<0, DstIndex, SrcIndex>, &AddEntryProducts<1, DstIndex, SrcIndex>,
-      &AddEntryProducts<2, DstIndex, SrcIndex>, &AddEntryProducts<3, DstIndex, SrcIndex>,
-      &AddEntryProducts<4, DstIndex, SrcIndex>};
-  kByRows[n_q >= 1 && n_q <= 4 ? n_q : 0](dst_index, dst_offset, src_index, src_offset, v, m, src,
-                                          ld_src, n_q, dst, ld_dst);
-}
-
-}  // namespace
-
 void SparseOutliers::AddScores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
                                int64_t ld) const {
-  size_t i0, i1;
-  std::vector<float>& v = Scratch();
-  Range(r0, r1, i0, i1, v);
-  // scores[i, row - r0] += q[i, channel] * value
-  AddEntryProductsAnyNq(rows_.data() + i0, r0, channels_.data() + i0, 0, v.data(), i1 - i0, q,
-                        d_, n_q, scores, ld);
+  if (lanes_ == OutlierLanes::kRows) {
+    if (Covered(r1) > r0) {
+      OutlierScores(stream_.data(), cell_begin_.data(), r0, Covered(r1), d_, q, n_q, scores, ld);
+    }
+    return;
+  }
+  for (const OutlierEntry& e : EntriesOf(r0, r1)) {  // scores[i, row - r0] += q[i, channel] * v
+    const float v = Fp16ToFp32(e.value);
+    for (int i = 0; i < n_q; ++i) scores[i * ld + (e.row - r0)] += q[i * d_ + e.channel] * v;
+  }
 }
 
 void SparseOutliers::AddAccumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld,
                                    float* out) const {
-  size_t i0, i1;
-  std::vector<float>& v = Scratch();
-  Range(r0, r1, i0, i1, v);
-  // out[i, channel] += p[i, row - r0] * value
-  AddEntryProductsAnyNq(channels_.data() + i0, 0, rows_.data() + i0, r0, v.data(), i1 - i0, p,
-                        ld, n_q, out, d_);
+  if (lanes_ == OutlierLanes::kChannels) {
+    if (Covered(r1) > r0) {
+      OutlierAccumulate(stream_.data(), cell_begin_.data(), r0, Covered(r1), d_, p, n_q, ld, out);
+    }
+    return;
+  }
+  for (const OutlierEntry& e : EntriesOf(r0, r1)) {  // out[i, channel] += p[i, row - r0] * v
+    const float v = Fp16ToFp32(e.value);
+    for (int i = 0; i < n_q; ++i) out[i * d_ + e.channel] += p[i * ld + (e.row - r0)] * v;
+  }
 }
 
 void SparseOutliers::Keep(std::span<const int64_t> keep) {
-  size_t w = 0, k = 0;
-  for (size_t j = 0; j < rows_.size(); ++j) {
-    while (k < keep.size() && keep[k] < rows_[j]) ++k;
+  KVPACK_CHECK(pending_.empty());
+  if (n_rows_ == 0) return;  // gear-l never extends (nor has entries)
+  std::vector<OutlierEntry> kept;
+  size_t k = 0;
+  for (const OutlierEntry& e : EntriesOf(0, n_rows_)) {
+    while (k < keep.size() && keep[k] < e.row) ++k;
     if (k == keep.size()) break;
-    if (keep[k] != rows_[j]) continue;  // the token was evicted
-    rows_[w] = static_cast<int32_t>(k);
-    channels_[w] = channels_[j];
-    values_[w] = values_[j];
-    ++w;
+    if (keep[k] != e.row) continue;  // the token was evicted
+    kept.push_back({static_cast<int64_t>(k), e.channel, e.value});
   }
-  rows_.resize(w);
-  channels_.resize(w);
-  values_.resize(w);
-  rows_.shrink_to_fit();
-  channels_.shrink_to_fit();
-  values_.shrink_to_fit();
-  if (!row_index_.empty()) {  // gear-l never indexes (nor has entries)
-    row_index_.clear();
-    ExtendRows(static_cast<int64_t>(keep.size()));
-    row_index_.shrink_to_fit();
-  }
+  cell_begin_.clear();
+  stream_.clear();
+  n_entries_ = 0;
+  n_rows_ = 0;
+  EncodeSlices(kept, static_cast<int64_t>(keep.size()));
+  cell_begin_.shrink_to_fit();
+  stream_.shrink_to_fit();
+}
+
+size_t SparseOutliers::index_bytes() const {
+  return (stream_.size() - static_cast<size_t>(n_entries_)) * sizeof(uint32_t) +
+         cell_begin_.size() * sizeof(uint32_t);
 }
 
 void SparseOutliers::AddMemory(MemoryUsage& m) const {
-  static_assert(kEntryBytes == sizeof(int32_t) + 2 * sizeof(uint16_t));
-  m.sparse_bytes += rows_.size() * kEntryBytes;
-  m.other_bytes += row_index_.size() * sizeof(uint32_t);
-  m.reserved_bytes += (rows_.capacity() - rows_.size()) * sizeof(int32_t) +
-                      (channels_.capacity() - channels_.size()) * sizeof(uint16_t) +
-                      (values_.capacity() - values_.size()) * sizeof(uint16_t);
+  m.sparse_bytes += static_cast<size_t>(n_entries()) * kEntryBytes;
+  m.other_bytes += index_bytes();
+  m.reserved_bytes += (stream_.capacity() - stream_.size() + cell_begin_.capacity() -
+                       cell_begin_.size()) * sizeof(uint32_t) +
+                      pending_.capacity() * sizeof(OutlierEntry);
 }
 
 }  // namespace kvpack

@@ -4,20 +4,23 @@
 //     in fp16; q.L^T = (q.B).A^T and p.L = (p.A).B^T (down-projection first, paper section 4).
 //     Both factors are stored transposed (A^T [rank, n_rows], B^T [rank, head_dim]) so that
 //     every step is a SIMD dot or axpy along tokens or channels straight on the fp16 data;
-//   - SparseOutliers: (row, channel, fp16 value) entries sorted by row, stored as three
-//     arrays; q.S and p.S touch only the entries of the rows asked for.
+//   - SparseOutliers: (row, channel, fp16 value) entries in the cells of
+//     ops/outlier_cells.h (keys by row, values by channel, in row slices); q.S and p.S read
+//     only the slices of the rows asked for, with no scatter.
 // Rows are the head's compressed tokens in storage order. Keep() implements eviction: a
 // block that loses tokens drops their rows of A and keeps B (the survivors' L rows are
 // unchanged); a block with no survivor is freed; evicted tokens' entries of S are freed.
 #ifndef KVPACK_KV_CODECS_GEAR_PARTS_H_
 #define KVPACK_KV_CODECS_GEAR_PARTS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
 
 #include "core/aligned_buffer.h"
 #include "kv/component_store.h"
+#include "ops/outlier_cells.h"
 
 namespace kvpack {
 
@@ -71,18 +74,22 @@ class LowRankBlocks {
 
 class SparseOutliers {
  public:
-  // Bytes per entry, counted in MemoryUsage::sparse_bytes: row (int32), channel (uint16),
-  // fp16 value. The row index (4 bytes per kIndexRows compressed rows, rounded up) is
-  // counted in other_bytes.
-  static constexpr size_t kEntryBytes = 8;
+  // Bytes per entry, counted in MemoryUsage::sparse_bytes: one word holding the fp16 value
+  // and the channel (keys) or the row within its slice (values); the entry's other index is
+  // its lane. The cells' headers and lane ranks, their start offsets and the stream's slack
+  // (ops/outlier_cells.h) are counted in other_bytes (index_bytes()).
+  static constexpr size_t kEntryBytes = 4;
 
-  explicit SparseOutliers(int d) : d_(d) {}
+  // lanes: kRows for keys (scored), kChannels for values (accumulated); each layout serves
+  // the other product too, through a scalar loop over its decoded entries.
+  SparseOutliers(int d, OutlierLanes lanes) : d_(d), lanes_(lanes) {}
 
-  int64_t n_entries() const { return static_cast<int64_t>(rows_.size()); }
-  // Entries must arrive sorted by row (then channel) and after every existing row.
+  int64_t n_entries() const { return n_entries_ + static_cast<int64_t>(pending_.size()); }
+  // Entries must arrive sorted by row (then channel), at or after the rows ExtendRows has
+  // covered; they are stored (and seen by the products) at the next ExtendRows.
   void Append(int64_t row, int channel, uint16_t value_fp16);
-  // The head now has n_rows compressed rows (entries only ever name rows below it): extends
-  // the row index over them.
+  // The head now has n_rows compressed rows (entries only ever name rows below it): encodes
+  // the new rows' cells; the last, partly filled slice is decoded and encoded again.
   void ExtendRows(int64_t n_rows);
 
   void AddDecode(int64_t r0, int64_t r1, float* out) const;  // out: [r1 - r0, d]
@@ -93,22 +100,27 @@ class SparseOutliers {
   // Keeps the entries of rows `keep` (ascending), renumbered to their new row indices.
   void Keep(std::span<const int64_t> keep);
   void AddMemory(MemoryUsage& m) const;
+  // Bytes of the layout besides the entries (other_bytes).
+  size_t index_bytes() const;
 
  private:
-  // Rows per entry of the row index.
-  static constexpr int64_t kIndexRows = 64;
-  // Entries [i0, i1) of rows [r0, r1), their values as floats in `values`.
-  void Range(int64_t r0, int64_t r1, size_t& i0, size_t& i1, std::vector<float>& values) const;
-  // First entry with row >= r (the row index, then a search inside one index interval: a
-  // binary search over all entries missed the CPU cache at every step on long caches).
-  size_t FirstEntryAtOrAfter(int64_t r) const;
+  int64_t slice_rows() const { return OutlierSliceRows(lanes_); }
+  int cells_per_slice() const { return OutlierCellsPerSlice(lanes_, d_); }
+  // Rows [0, n_rows_) hold cells; r1 past them is cut there.
+  int64_t Covered(int64_t r1) const { return std::min(r1, n_rows_); }
+  // The stored entries of rows [r0, r1), sorted by (row, channel).
+  std::vector<OutlierEntry> EntriesOf(int64_t r0, int64_t r1) const;
+  // Encodes slices from cell_begin_'s end up to the one holding row n_rows - 1, taking the
+  // sorted `entries` (rows of those slices only).
+  void EncodeSlices(const std::vector<OutlierEntry>& entries, int64_t n_rows);
 
   int d_;
-  std::vector<int32_t> rows_;        // [n_entries] ascending
-  std::vector<uint16_t> channels_;   // [n_entries]
-  std::vector<uint16_t> values_;     // [n_entries] fp16
-  std::vector<uint32_t> row_index_;  // [ceil(n_rows / kIndexRows)] entry k: the first entry
-                                     // with row >= k * kIndexRows (n_entries if none)
+  OutlierLanes lanes_;
+  int64_t n_rows_ = 0;                 // rows the cells cover
+  int64_t n_entries_ = 0;              // entries in the cells
+  std::vector<uint32_t> cell_begin_;   // [n_cells + 1] word offsets into stream_
+  std::vector<uint32_t> stream_;       // the cells, then kOutlierStreamSlackWords zeros
+  std::vector<OutlierEntry> pending_;  // appended, not yet encoded
 };
 
 }  // namespace kvpack
