@@ -31,7 +31,18 @@ namespace {
 
 constexpr int kLanes = kOutlierCellLanes;
 constexpr int kMaxQueries = 4;  // query rows per pass over the cells
-constexpr size_t kPrefetchWords = 1024;
+// Cells are read in stream order; each cell asks for the lines kPrefetchBytes past its own
+// (as the other streaming kernels do, ops/packed_scores.cc).
+constexpr uintptr_t kPrefetchBytes = 4096;
+
+KVPACK_OUTLIER_INLINE void PrefetchCellAhead(const uint32_t* stream, const uint32_t* cell_begin,
+                                             size_t c) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(stream + cell_begin[c]) & ~uintptr_t{63};
+  const uintptr_t end = reinterpret_cast<uintptr_t>(stream + cell_begin[c + 1]);
+  for (uintptr_t a = begin; a < end; a += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(a + kPrefetchBytes), _MM_HINT_T0);
+  }
+}
 
 // A parsed cell (one-byte counts: the fast kernels' head sizes): its rounds, the lanes'
 // counts in rank order and their ranks, and the first entry.
@@ -95,7 +106,7 @@ KVPACK_OUTLIER_ATTR void ScoresPass(const uint32_t* stream, const uint32_t* cell
   }
   for (int64_t s = r0 / kSlice; s * kSlice < r1; ++s) {
     const uint32_t* words = stream + cell_begin[s];
-    _mm_prefetch(reinterpret_cast<const char*>(words + kPrefetchWords), _MM_HINT_T0);
+    PrefetchCellAhead(stream, cell_begin, static_cast<size_t>(s));
     const CellView cell = ViewCell(words);
     if (cell.n_rounds == 0) continue;
     __m512 acc[kNq];
@@ -178,7 +189,7 @@ KVPACK_OUTLIER_ATTR void AccumulatePass(const uint32_t* stream, const uint32_t* 
     const __m512i hi = _mm512_set1_epi32(static_cast<int>(std::min<int64_t>(r1 - first, kSlice)));
     for (int g = 0; g < n_cells; ++g) {
       const uint32_t* words = stream + cell_begin[s * n_cells + g];
-      _mm_prefetch(reinterpret_cast<const char*>(words + kPrefetchWords), _MM_HINT_T0);
+      PrefetchCellAhead(stream, cell_begin, static_cast<size_t>(s * n_cells + g));
       const CellView cell = ViewCell(words);
       if (cell.n_rounds == 0) continue;
       __m512 acc[kNq];
