@@ -250,23 +250,17 @@ KVPACK_VNNI_ATTR void QueriesI16(const int16_t* wq, size_t ldq, size_t ng, const
   }
 }
 
+// The chunk loops over quantized weights wq [n_q * ng][ldq] with steps s [n_q * ng].
 // bits = 0: one byte per code; 2 or 4: packed rows (codes points at the window's first byte).
-KVPACK_VNNI_ATTR void AxpyI16Avx512(const float* w, size_t n_q, size_t ld, const uint8_t* codes,
-                                    int bits, size_t n_rows, size_t row_stride, size_t d,
-                                    size_t first, size_t group, float* out) {
+KVPACK_VNNI_ATTR void AxpyQuantizedI16(const int16_t* wq, size_t ldq, const float* s, size_t n_q,
+                                       const uint8_t* codes, int bits, size_t n_rows,
+                                       size_t row_stride, size_t d, size_t first, size_t group,
+                                       float* out) {
   const size_t ng = GroupsOfWindow(first, d, group);
-  const size_t ldq = n_rows + n_rows % 2;
-  thread_local std::vector<int16_t> wq;
-  thread_local std::vector<float> s;
-  wq.resize(n_q * ng * ldq);
-  s.resize(n_q * ng);
-  for (size_t r = 0; r < n_q * ng; ++r) {
-    s[r] = QuantizeWeightsI16Avx512(w + r * ld, n_rows, &wq[r * ldq]);
-  }
   // Up to three query rows per pass: 3 x 4 accumulators, 4 code pairs, 4 byte selectors.
   ForEachQueryChunk<3>(n_q, [&](auto m, size_t i0) {
-    const int16_t* wq_i = &wq[i0 * ng * ldq];
-    const float* s_i = &s[i0 * ng];
+    const int16_t* wq_i = wq + i0 * ng * ldq;
+    const float* s_i = s + i0 * ng;
     float* out_i = out + i0 * d;
     switch (bits) {
       case 2:
@@ -280,6 +274,112 @@ KVPACK_VNNI_ATTR void AxpyI16Avx512(const float* w, size_t n_q, size_t ld, const
         break;
     }
   });
+}
+
+KVPACK_VNNI_ATTR void AxpyI16Avx512(const float* w, size_t n_q, size_t ld, const uint8_t* codes,
+                                    int bits, size_t n_rows, size_t row_stride, size_t d,
+                                    size_t first, size_t group, float* out) {
+  const size_t ng = GroupsOfWindow(first, d, group);
+  const size_t ldq = n_rows + n_rows % 2;
+  thread_local std::vector<int16_t> wq;
+  thread_local std::vector<float> s;
+  wq.resize(n_q * ng * ldq);
+  s.resize(n_q * ng);
+  for (size_t r = 0; r < n_q * ng; ++r) {
+    s[r] = QuantizeWeightsI16Avx512(w + r * ld, n_rows, &wq[r * ldq]);
+  }
+  AxpyQuantizedI16(wq.data(), ldq, s.data(), n_q, codes, bits, n_rows, row_stride, d, first,
+                   group, out);
+}
+
+// 16 words from p, of which the first `valid` exist (the rest load as 0 and are not read).
+KVPACK_VNNI_ATTR inline __m512i LoadWords(const uint32_t* p, int64_t valid) {
+  if (valid >= 16) return _mm512_loadu_si512(p);
+  if (valid <= 0) return _mm512_setzero_si512();
+  return _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << valid) - 1), p);
+}
+
+// The (scale, min) fp16 pairs of group g of rows [r, r + 16) as 32-bit words (scale in the
+// low half), of which rows [r, r + n) exist: n_groups = 1 is one load, 2 and 4 pick every
+// second or fourth word of two or four loads.
+KVPACK_VNNI_ATTR inline __m512i GroupParamWords(const uint16_t* params, size_t n_groups,
+                                                size_t g, size_t r, int64_t n) {
+  const auto* words = reinterpret_cast<const uint32_t*>(params) + r * n_groups;
+  const int64_t valid = n * static_cast<int64_t>(n_groups);
+  if (n_groups == 1) return LoadWords(words, valid);
+  const __m512i a = LoadWords(words, valid), b = LoadWords(words + 16, valid - 16);
+  if (n_groups == 2) {
+    const __m512i pick = _mm512_add_epi32(
+        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
+        _mm512_set1_epi32(static_cast<int>(g)));
+    return _mm512_permutex2var_epi32(a, pick, b);
+  }
+  const __m512i c = LoadWords(words + 32, valid - 32), e = LoadWords(words + 48, valid - 48);
+  const __m512i pick = _mm512_add_epi32(
+      _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28),
+      _mm512_set1_epi32(static_cast<int>(g)));
+  const __m512i lo = _mm512_permutex2var_epi32(a, pick, b);  // lanes 0..7: rows r .. r + 7
+  const __m512i hi = _mm512_permutex2var_epi32(c, pick, e);  // lanes 8..15: rows r + 8 ..
+  return _mm512_mask_blend_epi32(0xff00, lo, hi);
+}
+
+// AccumulatePackedRowsI16 on this path: per group, the rows' scales and mins are read from
+// their fp16 pairs into registers; per (query row, group) the weights p * scale, their
+// largest magnitude, their int16 quantization and the sum of p * min are formed there; the
+// weights never go through memory as floats.
+KVPACK_VNNI_ATTR void AccumulatePackedRowsAvx512(const float* p, size_t ldp, size_t n_q,
+                                                 const uint16_t* params, size_t n_groups,
+                                                 size_t g0, size_t ng, const uint8_t* rows,
+                                                 size_t n_rows, size_t row_bytes, int bits,
+                                                 size_t d, size_t first, size_t group,
+                                                 float* out, float* msum) {
+  constexpr size_t kLdq = kPackedTileRowsMax;
+  constexpr int kBlocks = kPackedTileRowsMax / 16;
+  thread_local std::vector<int16_t> wq;
+  thread_local std::vector<float> s;
+  wq.resize(n_q * ng * kLdq);
+  s.resize(n_q * ng);
+  // Rows past n_rows: their probabilities load as 0, so their weights quantize to 0.
+  __mmask16 live[kBlocks];
+  for (int b = 0; b < kBlocks; ++b) {
+    const int64_t left = static_cast<int64_t>(n_rows) - 16 * b;
+    live[b] = left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
+  }
+  for (size_t g = 0; g < ng; ++g) {
+    __m512 scale[kBlocks], min[kBlocks];
+    for (int b = 0; b < kBlocks; ++b) {
+      const __m512i x = GroupParamWords(params, n_groups, g0 + g, 16 * b,
+                                        static_cast<int64_t>(n_rows) - 16 * b);
+      scale[b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(x));
+      min[b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)));
+    }
+    for (size_t i = 0; i < n_q; ++i) {
+      __m512 w[kBlocks], vmax = _mm512_setzero_ps(), macc = _mm512_setzero_ps();
+      for (int b = 0; b < kBlocks; ++b) {
+        const __m512 pb = _mm512_maskz_loadu_ps(live[b], p + i * ldp + 16 * b);
+        w[b] = _mm512_mul_ps(pb, scale[b]);
+        vmax = _mm512_max_ps(vmax, _mm512_abs_ps(w[b]));
+        macc = _mm512_fmadd_ps(pb, min[b], macc);
+      }
+      msum[i * ng + g] += _mm512_reduce_add_ps(macc);
+      const float amax = _mm512_reduce_max_ps(vmax);
+      int16_t* row = &wq[(i * ng + g) * kLdq];
+      if (!(amax > 0.0f)) {
+        std::fill(row, row + kLdq, int16_t{0});
+        s[i * ng + g] = 0.0f;
+        continue;
+      }
+      const __m512 vinv = _mm512_set1_ps(kI16Max / amax);
+      for (int b = 0; b < kBlocks; ++b) {
+        const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(w[b], vinv));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + 16 * b), _mm512_cvtsepi32_epi16(q));
+      }
+      s[i * ng + g] = amax / kI16Max;
+    }
+  }
+  // The window's groups are [g0, g0 + ng) of the row: AxpyQuantizedI16 numbers them from 0.
+  AxpyQuantizedI16(wq.data(), kLdq, s.data(), n_q, rows + first * bits / 8, bits, n_rows,
+                   row_bytes, d, first, group, out);
 }
 #pragma GCC diagnostic pop
 #endif  // KVPACK_HAVE_VNNI_KERNEL
@@ -309,6 +409,40 @@ void AxpyCodeRowsWeightedI16(const float* w, size_t n_q, size_t ld, const uint8_
   }
 #endif
   AxpyCodeRowsWeighted(w, n_q, ld, codes, n_rows, row_stride, d, first, group, out);
+}
+
+bool HasFusedPackedValueKernel(int bits, size_t d, size_t first, size_t group, size_t n_groups,
+                               size_t n_rows) {
+  return HasPackedInt16ValueKernel(bits, d, first, group) &&
+         (n_groups == 1 || n_groups == 2 || n_groups == 4) && n_rows <= kPackedTileRowsMax;
+}
+
+void AccumulatePackedRowsI16(const float* p, size_t ldp, size_t n_q, const uint16_t* params,
+                             size_t n_groups, size_t g0, size_t ng, const uint8_t* rows,
+                             size_t n_rows, size_t row_bytes, int bits, size_t d, size_t first,
+                             size_t group, float* out, float* msum) {
+  if (n_rows == 0 || n_q == 0) return;
+#if KVPACK_HAVE_VNNI_KERNEL
+  if (HasFusedPackedValueKernel(bits, d, first, group, n_groups, n_rows)) {
+    AccumulatePackedRowsAvx512(p, ldp, n_q, params, n_groups, g0, ng, rows, n_rows, row_bytes,
+                               bits, d, first, group, out, msum);
+    return;
+  }
+#endif
+  AccumulatePackedRowsI16Ref(p, ldp, n_q, params, n_groups, g0, ng, rows, n_rows, row_bytes, bits,
+                             d, first, group, out, msum);
+}
+
+void AccumulatePackedRowsI16Ref(const float* p, size_t ldp, size_t n_q, const uint16_t* params,
+                                size_t n_groups, size_t g0, size_t ng, const uint8_t* rows,
+                                size_t n_rows, size_t row_bytes, int bits, size_t d,
+                                size_t first, size_t group, float* out, float* msum) {
+  std::vector<float> scale(ng * n_rows), min(ng * n_rows), w(n_q * ng * n_rows);
+  SplitGroupParamsRef(params, n_rows, n_groups, g0, ng, scale.data(), min.data(), n_rows);
+  GroupWeightsAndMinSumsRef(p, ldp, n_q, scale.data(), min.data(), n_rows, ng, n_rows, w.data(),
+                            n_rows, msum);
+  AxpyPackedRowsWeightedI16Ref(w.data(), n_q, n_rows, rows, n_rows, row_bytes, bits, d, first,
+                               group, out);
 }
 
 bool HasPackedInt16ValueKernel(int bits, size_t d, size_t first, size_t group) {

@@ -52,6 +52,29 @@ void AxpyPackedRowsWeightedI16Ref(const float* w, size_t n_q, size_t ld, const u
                                   size_t n_rows, size_t row_bytes, int bits, size_t d,
                                   size_t first, size_t group, float* out);
 
+// A whole tile of consecutive packed rows from the probabilities and the rows' fp16
+// (scale, min) pairs, in one call:
+//   w[i, g, k] = p[i * ldp + k] * scale[k, g0 + g],
+//   msum[i * ng + g] += sum_k p[i * ldp + k] * min[k, g0 + g],
+//   out += AxpyPackedRowsWeightedI16(w, ...)   (the window's groups are g0 .. g0 + ng - 1).
+// params: [n_rows, n_groups, 2] fp16 (SplitGroupParams' layout); p: [n_q, ldp]; out: [n_q, d];
+// msum: [n_q, ng]. On the fused path (AVX512-VNNI + VBMI, n_groups 1, 2 or 4, at most
+// kPackedTileRowsMax rows) the float weights stay in registers; elsewhere it composes the
+// twins. The twin: SplitGroupParamsRef, GroupWeightsAndMinSumsRef and
+// AxpyPackedRowsWeightedI16Ref; out is bit-identical (the same weights and quantization),
+// msum is a float sum in a different order.
+constexpr size_t kPackedTileRowsMax = 64;
+bool HasFusedPackedValueKernel(int bits, size_t d, size_t first, size_t group, size_t n_groups,
+                               size_t n_rows);
+void AccumulatePackedRowsI16(const float* p, size_t ldp, size_t n_q, const uint16_t* params,
+                             size_t n_groups, size_t g0, size_t ng, const uint8_t* rows,
+                             size_t n_rows, size_t row_bytes, int bits, size_t d, size_t first,
+                             size_t group, float* out, float* msum);
+void AccumulatePackedRowsI16Ref(const float* p, size_t ldp, size_t n_q, const uint16_t* params,
+                                size_t n_groups, size_t g0, size_t ng, const uint8_t* rows,
+                                size_t n_rows, size_t row_bytes, int bits, size_t d,
+                                size_t first, size_t group, float* out, float* msum);
+
 }  // namespace kvpack
 
 #endif  // KVPACK_OPS_CODE_DOT_I16_H_

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "core/half.h"
 #include "ops/code_dot.h"
 #include "ops/code_dot_i16.h"
 #include "ops/code_unpack.h"
@@ -134,6 +135,78 @@ TEST(CodeDotI16, PackedRowsMatchTheTwinOnEveryTarget) {
   }
   hwy::SetSupportedTargetsForTest(0);
   if (!saw_packed_path) GTEST_SKIP() << "no AVX512-VNNI + VBMI here: only the unpacking path ran";
+}
+
+// The fused tile (parameters, weights and their quantization in registers): out equal bit
+// for bit to the twin (SplitGroupParamsRef, GroupWeightsAndMinSumsRef,
+// AxpyPackedRowsWeightedI16Ref); msum, a float sum of m products against the twin's double
+// sum, within m u sum |p min| (u = 2^-24) plus the final rounding. Tiles of 1..64 rows (the
+// parameter loads of a last, partial block of 16 rows are masked: the params vector ends
+// with the tile), 1, 2 and 4 groups per row (fused) and 3 (the composed fallback), whole rows
+// and windows, a query row of zeros (all weights 0).
+TEST(CodeDotI16, FusedPackedTileMatchesTheTwinOnEveryTarget) {
+  bool saw_fused = false;
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::mt19937 rng(9);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int bits : {2, 4}) {
+      for (auto [row_len, group] : {std::pair<size_t, size_t>{64, 64}, {64, 32}, {64, 16},
+                                    {128, 32}, {96, 32}}) {
+        const size_t n_groups = row_len / group, row_bytes = row_len * bits / 8;
+        for (size_t first : {size_t{0}, group}) {
+          const size_t d = row_len - first;
+          if (d == 0) continue;
+          const size_t g0 = first / group, ng = n_groups - g0;
+          for (size_t n_rows : {1, 2, 15, 16, 17, 40, 63, 64}) {
+            saw_fused = saw_fused || HasFusedPackedValueKernel(bits, d, first, group, n_groups, n_rows);
+            for (size_t n_q : {1, 3, 4, 5}) {
+              const size_t ldp = n_rows + 2;
+              std::vector<float> p(n_q * ldp);
+              for (auto& x : p) x = std::fabs(u(rng));
+              if (n_q > 1) std::fill(p.begin() + ldp, p.begin() + 2 * ldp, 0.0f);
+              std::vector<uint16_t> params(n_rows * n_groups * 2);
+              for (size_t k = 0; k < params.size(); k += 2) {
+                params[k] = Fp32ToFp16(0.01f + 0.1f * std::fabs(u(rng)));
+                params[k + 1] = Fp32ToFp16(u(rng));
+              }
+              std::vector<uint8_t> rows(n_rows * row_bytes);
+              for (auto& b : rows) b = static_cast<uint8_t>(rng());
+              std::vector<float> base(n_q * d), msum_base(n_q * ng);
+              for (auto& x : base) x = u(rng);
+              for (auto& x : msum_base) x = u(rng);
+              std::vector<float> out = base, out_ref = base, msum = msum_base, msum_ref = msum_base;
+              AccumulatePackedRowsI16(p.data(), ldp, n_q, params.data(), n_groups, g0, ng,
+                                      rows.data(), n_rows, row_bytes, bits, d, first, group,
+                                      out.data(), msum.data());
+              AccumulatePackedRowsI16Ref(p.data(), ldp, n_q, params.data(), n_groups, g0, ng,
+                                         rows.data(), n_rows, row_bytes, bits, d, first, group,
+                                         out_ref.data(), msum_ref.data());
+              ASSERT_EQ(out, out_ref) << hwy::TargetName(target) << " bits " << bits << " row "
+                                      << row_len << " group " << group << " first " << first
+                                      << " rows " << n_rows << " n_q " << n_q;
+              for (size_t i = 0; i < n_q; ++i) {
+                for (size_t g = 0; g < ng; ++g) {
+                  double mass = 0.0;
+                  for (size_t k = 0; k < n_rows; ++k) {
+                    mass += std::fabs(p[i * ldp + k] *
+                                      Fp16ToFp32(params[(k * n_groups + g0 + g) * 2 + 1]));
+                  }
+                  const float a = msum[i * ng + g], b = msum_ref[i * ng + g];
+                  ASSERT_LE(std::fabs(a - b), n_rows * std::ldexp(mass, -24) +
+                                                  std::ldexp(std::fabs(b), -23))
+                      << "msum, query " << i << " group " << g;
+                }
+              }
+              ASSERT_NE(out, base);  // not vacuous
+            }
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  if (!saw_fused) GTEST_SKIP() << "no AVX512-VNNI + VBMI here: only the composed path ran";
 }
 
 TEST(CodeDotI16, TheBoundIsReached) {

@@ -416,6 +416,13 @@ void TokenGroupRows::Accumulate(int64_t r0, const int64_t* rows, int64_t n_sel, 
                       HasPackedInt16ValueKernel(bits_, n, c0, group_);
   for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
     const int64_t k1 = std::min(n_sel, k0 + kTileRows), m = k1 - k0;
+    if (packed && HasFusedPackedValueKernel(bits_, n, c0, group_, n_groups_, m)) {
+      // Parameters, weights and their quantization in registers (ops/code_dot_i16.h).
+      AccumulatePackedRowsI16(p + col0 + k0, ld, n_q, &params_[(r0 + k0) * 2 * n_groups_],
+                              n_groups_, g0, ng, &codes_[(r0 + k0) * row_bytes_], m, row_bytes_,
+                              bits_, n, c0, group_, out, t.msum.data());
+      continue;
+    }
     TileParams(r0, rows, k0, k1, g0, ng, t);
     if (packed) {
       AccumulatePackedTile(&codes_[(r0 + k0) * row_bytes_], row_bytes_, m, n, c0, group_, bits_,
