@@ -323,64 +323,98 @@ KVPACK_VNNI_ATTR inline __m512i GroupParamWords(const uint16_t* params, size_t n
   return _mm512_mask_blend_epi32(0xff00, lo, hi);
 }
 
-// AccumulatePackedRowsI16 on this path: per group, the rows' scales and mins are read from
-// their fp16 pairs into registers; per (query row, group) the weights p * scale, their
-// largest magnitude, their int16 quantization and the sum of p * min are formed there; the
-// weights never go through memory as floats.
+constexpr size_t kTileLdq = kPackedTileRowsMax;
+constexpr int kTileBlocks = kPackedTileRowsMax / 16;
+
+// Query rows [0, NQ) and window groups [gb, gb + NG) of a tile (of ng groups, the row's groups
+// g0 + g): weights p * scale, their largest magnitude, their int16 quantization (rows of wq
+// [NQ * ng][kTileLdq], steps s) and the sums of p * min (msum) in registers. Everything is
+// unrolled so that the NQ x NG reduction chains overlap. live[b]: the rows of block b
+// (16 rows) that exist; the others' probabilities and parameters load as 0.
+template <size_t NQ, size_t NG>
+KVPACK_VNNI_ATTR void TileWeights(const float* p, size_t ldp, const uint16_t* params,
+                                  size_t n_groups, size_t g0, size_t gb, size_t ng,
+                                  size_t n_rows, const __mmask16* live, int16_t* wq, float* s,
+                                  float* msum) {
+  __m512 scale[NG][kTileBlocks], min[NG][kTileBlocks];
+#pragma GCC unroll 4
+  for (size_t g = 0; g < NG; ++g) {
+#pragma GCC unroll 4
+    for (int b = 0; b < kTileBlocks; ++b) {
+      const __m512i x = GroupParamWords(params, n_groups, g0 + gb + g, 16 * b,
+                                        static_cast<int64_t>(n_rows) - 16 * b);
+      scale[g][b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(x));
+      min[g][b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)));
+    }
+  }
+#pragma GCC unroll 4
+  for (size_t i = 0; i < NQ; ++i) {
+    __m512 pb[kTileBlocks];
+#pragma GCC unroll 4
+    for (int b = 0; b < kTileBlocks; ++b) pb[b] = _mm512_maskz_loadu_ps(live[b], p + i * ldp + 16 * b);
+#pragma GCC unroll 4
+    for (size_t g = 0; g < NG; ++g) {
+      __m512 w[kTileBlocks], vmax = _mm512_setzero_ps(), macc = _mm512_setzero_ps();
+#pragma GCC unroll 4
+      for (int b = 0; b < kTileBlocks; ++b) {
+        w[b] = _mm512_mul_ps(pb[b], scale[g][b]);
+        vmax = _mm512_max_ps(vmax, _mm512_abs_ps(w[b]));
+        macc = _mm512_fmadd_ps(pb[b], min[g][b], macc);
+      }
+      const size_t r = i * ng + gb + g;
+      msum[r] += _mm512_reduce_add_ps(macc);
+      const float amax = _mm512_reduce_max_ps(vmax);
+      int16_t* row = wq + r * kTileLdq;
+      if (!(amax > 0.0f)) {
+        std::fill(row, row + kTileLdq, int16_t{0});
+        s[r] = 0.0f;
+        continue;
+      }
+      const __m512 vinv = _mm512_set1_ps(kI16Max / amax);
+#pragma GCC unroll 4
+      for (int b = 0; b < kTileBlocks; ++b) {
+        const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(w[b], vinv));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + 16 * b), _mm512_cvtsepi32_epi16(q));
+      }
+      s[r] = amax / kI16Max;
+    }
+  }
+}
+
+// AccumulatePackedRowsI16 on this path: the weights of the tile never go through memory as
+// floats (TileWeights), then the chunk loops.
 KVPACK_VNNI_ATTR void AccumulatePackedRowsAvx512(const float* p, size_t ldp, size_t n_q,
                                                  const uint16_t* params, size_t n_groups,
                                                  size_t g0, size_t ng, const uint8_t* rows,
                                                  size_t n_rows, size_t row_bytes, int bits,
                                                  size_t d, size_t first, size_t group,
                                                  float* out, float* msum) {
-  constexpr size_t kLdq = kPackedTileRowsMax;
-  constexpr int kBlocks = kPackedTileRowsMax / 16;
   thread_local std::vector<int16_t> wq;
   thread_local std::vector<float> s;
-  wq.resize(n_q * ng * kLdq);
+  wq.resize(n_q * ng * kTileLdq);
   s.resize(n_q * ng);
-  // Rows past n_rows: their probabilities load as 0, so their weights quantize to 0.
-  __mmask16 live[kBlocks];
-  for (int b = 0; b < kBlocks; ++b) {
+  __mmask16 live[kTileBlocks];
+  for (int b = 0; b < kTileBlocks; ++b) {
     const int64_t left = static_cast<int64_t>(n_rows) - 16 * b;
     live[b] = left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
   }
-  for (size_t g = 0; g < ng; ++g) {
-    __m512 scale[kBlocks], min[kBlocks];
-    for (int b = 0; b < kBlocks; ++b) {
-      const __m512i x = GroupParamWords(params, n_groups, g0 + g, 16 * b,
-                                        static_cast<int64_t>(n_rows) - 16 * b);
-      scale[b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(x));
-      min[b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)));
+  ForEachQueryChunk<3>(n_q, [&](auto m, size_t i0) {
+    const float* p_i = p + i0 * ldp;
+    int16_t* wq_i = &wq[i0 * ng * kTileLdq];
+    float* s_i = &s[i0 * ng];
+    float* msum_i = msum + i0 * ng;
+    size_t gb = 0;
+    for (; gb + 2 <= ng; gb += 2) {
+      TileWeights<m, 2>(p_i, ldp, params, n_groups, g0, gb, ng, n_rows, live, wq_i, s_i, msum_i);
     }
-    for (size_t i = 0; i < n_q; ++i) {
-      __m512 w[kBlocks], vmax = _mm512_setzero_ps(), macc = _mm512_setzero_ps();
-      for (int b = 0; b < kBlocks; ++b) {
-        const __m512 pb = _mm512_maskz_loadu_ps(live[b], p + i * ldp + 16 * b);
-        w[b] = _mm512_mul_ps(pb, scale[b]);
-        vmax = _mm512_max_ps(vmax, _mm512_abs_ps(w[b]));
-        macc = _mm512_fmadd_ps(pb, min[b], macc);
-      }
-      msum[i * ng + g] += _mm512_reduce_add_ps(macc);
-      const float amax = _mm512_reduce_max_ps(vmax);
-      int16_t* row = &wq[(i * ng + g) * kLdq];
-      if (!(amax > 0.0f)) {
-        std::fill(row, row + kLdq, int16_t{0});
-        s[i * ng + g] = 0.0f;
-        continue;
-      }
-      const __m512 vinv = _mm512_set1_ps(kI16Max / amax);
-      for (int b = 0; b < kBlocks; ++b) {
-        const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(w[b], vinv));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + 16 * b), _mm512_cvtsepi32_epi16(q));
-      }
-      s[i * ng + g] = amax / kI16Max;
+    if (gb < ng) {
+      TileWeights<m, 1>(p_i, ldp, params, n_groups, g0, gb, ng, n_rows, live, wq_i, s_i, msum_i);
     }
-  }
-  // The window's groups are [g0, g0 + ng) of the row: AxpyQuantizedI16 numbers them from 0.
-  AxpyQuantizedI16(wq.data(), kLdq, s.data(), n_q, rows + first * bits / 8, bits, n_rows,
+  });
+  AxpyQuantizedI16(wq.data(), kTileLdq, s.data(), n_q, rows + first * bits / 8, bits, n_rows,
                    row_bytes, d, first, group, out);
 }
+
 #pragma GCC diagnostic pop
 #endif  // KVPACK_HAVE_VNNI_KERNEL
 
