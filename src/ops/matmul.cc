@@ -38,6 +38,12 @@ float DotWeightRow(const WeightMatrix& w, int64_t row, const float* x, float* sc
 
 void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, ThreadPool* pool) {
   KVPACK_CHECK(pool != nullptr);
+  if (n_tok == 1 && w.type == GgmlType::kQ8_0) {
+    pool->ParallelFor(w.n_out, 8, [&](int64_t begin, int64_t end, int) {
+      DotQ8_0F32Rows(w.data + begin * w.row_bytes, w.row_bytes, end - begin, x, w.n_in, y + begin);
+    });
+    return;
+  }
   if (n_tok == 1) {
     pool->ParallelFor(w.n_out, 8, [&](int64_t begin, int64_t end, int) {
       std::vector<float> scratch(w.n_in);
