@@ -98,7 +98,8 @@ void AccumulateGroup(const uint16_t* a_t, size_t a_stride, const uint16_t* b_t, 
 // and a block's are only a few hundred bytes: without software prefetching every block's
 // first lines missed the cache once the cache outgrew it (in kv_codec_bench's 30-layer runs
 // the loads of A and B took over half of these kernels' time). Each call asks for the lines
-// kPrefetchBytes past those it reads.
+// kPrefetchBytes past those it reads (of A^T only the columns it reads: a call covers a tile of
+// a block, and a prompt block's rows are thousands of tokens long).
 constexpr size_t kPrefetchBytes = 4096;
 
 void PrefetchAhead(const uint16_t* p, size_t n) {
@@ -112,7 +113,7 @@ void PrefetchAhead(const uint16_t* p, size_t n) {
 void LowRankAddScoresF16Impl(const uint16_t* a_t, size_t a_stride, const uint16_t* b_t,
                              size_t rank, size_t d, size_t n, const float* q, size_t n_q,
                              float* scores, size_t ld) {
-  PrefetchAhead(a_t, rank * a_stride);
+  for (size_t k = 0; k < rank; ++k) PrefetchAhead(a_t + k * a_stride, n);
   PrefetchAhead(b_t, rank * d);
   // By the number of rows in the group (index 0 unused).
   static constexpr decltype(&ScoresGroup<1>) kByRows[] = {nullptr, &ScoresGroup<1>,
@@ -128,7 +129,7 @@ void LowRankAddScoresF16Impl(const uint16_t* a_t, size_t a_stride, const uint16_
 void LowRankAddAccumulateF16Impl(const uint16_t* a_t, size_t a_stride, const uint16_t* b_t,
                                  size_t rank, size_t d, size_t n, const float* p, size_t n_q,
                                  size_t ld, float* out) {
-  PrefetchAhead(a_t, rank * a_stride);
+  for (size_t k = 0; k < rank; ++k) PrefetchAhead(a_t + k * a_stride, n);
   PrefetchAhead(b_t, rank * d);
   static constexpr decltype(&AccumulateGroup<1>) kByRows[] = {
       nullptr, &AccumulateGroup<1>, &AccumulateGroup<2>, &AccumulateGroup<3>,
