@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 
 #include "core/check.h"
@@ -275,6 +276,20 @@ void GearStore::FlushBuffer() {
 // ---------------------------------------------------------------------------------------
 // Attention
 
+const uint16_t* GearStore::BufferRowsOf(int head, int64_t k0, int64_t k1) const {
+  // The buffer is shared by the heads ([rows, n_kv_heads * head_dim]): the head's rows are
+  // gathered so that the tiled fp16 kernels read them as one block (a call per row and query
+  // row cost more than the rows' arithmetic).
+  thread_local std::vector<uint16_t> rows;
+  const int d = shape_.head_dim;
+  rows.resize(static_cast<size_t>(k1 - k0) * d);
+  for (int64_t k = k0; k < k1; ++k) {
+    std::memcpy(&rows[(k - k0) * d], buffer_.Row(BufferRow(head, k)) + head * d,
+                d * sizeof(uint16_t));
+  }
+  return rows.data();
+}
+
 void GearStore::ScoresOf(GearPart part, int head, const float* q, int n_q, int64_t t0,
                          int64_t t1, float* scores) const {
   const int d = shape_.head_dim;
@@ -298,9 +313,9 @@ void GearStore::ScoresOf(GearPart part, int head, const float* q, int n_q, int64
       sparse_[head].AddScores(t0, split, q, n_q, scores, n);
       return;
     case GearPart::kBuffer:
-      for (int64_t t = split; t < t1; ++t) {
-        const uint16_t* row = buffer_.Row(BufferRow(head, t - nc)) + head * d;
-        for (int i = 0; i < n_q; ++i) scores[i * n + (t - t0)] = DotF16F32(row, q + i * d, d);
+      if (t1 > split) {
+        const uint16_t* rows = BufferRowsOf(head, split - nc, t1 - nc);
+        DotRowsF16(rows, t1 - split, d, q, n_q, scores + (split - t0), n);
       }
       return;
   }
@@ -329,12 +344,9 @@ void GearStore::AccumulateOf(GearPart part, int head, const float* p, int n_q, i
       sparse_[head].AddAccumulate(t0, split, p, n_q, n, out);
       return;
     case GearPart::kBuffer:
-      for (int64_t t = split; t < t1; ++t) {
-        const uint16_t* row = buffer_.Row(BufferRow(head, t - nc)) + head * d;
-        for (int i = 0; i < n_q; ++i) {
-          const float w = p[i * n + (t - t0)];
-          if (w != 0.0f) AxpyF16(w, row, out + i * d, d);
-        }
+      if (t1 > split) {
+        const uint16_t* rows = BufferRowsOf(head, split - nc, t1 - nc);
+        AxpyRowsF16(p + (split - t0), n_q, n, rows, t1 - split, d, out);
       }
       return;
   }

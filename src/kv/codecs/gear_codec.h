@@ -138,6 +138,8 @@ class GearStore final : public ComponentStore {
   void RetainCompressed(int head, std::span<const int64_t> keep);
   // Frees buffer rows that no head uses; renumbers the heads' row lists.
   void CompactBuffer();
+  // The head's buffered rows [k0, k1) as one [k1 - k0, head_dim] fp16 block (thread-local).
+  const uint16_t* BufferRowsOf(int head, int64_t k0, int64_t k1) const;
   int64_t BufferRow(int head, int64_t k) const {
     return buffer_maps_.empty() ? k : buffer_maps_[head][k];
   }
