@@ -234,7 +234,8 @@ const std::map<std::string, Format>& Formats() {
     // min(rank, n, d)) and a 12-byte block-table entry + 4 bytes per outlier, plus the
     // outliers' cells (ops/outlier_cells.h, gear only: per head, keys one cell per 16
     // compressed rows, values ceil(d / 16) per 64, each 32 bytes of counts and ranks and a
-    // 4-byte start, one end offset and 16 words of slack); the buffer is fp16. Error: |R| <= Q_b's bound on the backbone (outliers are kept out of every
+    // 4-byte start, one end offset and 16 words of slack; none while no block could hold an outlier);
+    // the buffer is fp16. Error: |R| <= Q_b's bound on the backbone (outliers are kept out of every
     // group's min/max), L = A A^T R has |L_tc| <= ||R_{:,c}||_2 <= sqrt(n) max|R| (plus 2
     // fp16 roundings of the factors), the input is rounded to fp16 first; at outliers the
     // error is the fp16 rounding of X - D^ - L. n <= max(n_b, 16): the tests' first Append
@@ -273,7 +274,12 @@ const std::map<std::string, Format>& Formats() {
             for (int64_t k = 0; k < (n - prompt) / nb; ++k) blocks.push_back({nb, rg});
             const int64_t buf = (n - prompt) % nb;
             int64_t bytes = buf * kHeads * d * 2;
-            if (sp > 0 && n - buf > 0) {  // the outliers' cells
+            int64_t entries = 0;  // per head
+            for (auto [m, rank] : blocks) {
+              entries += c == KvComponent::kKey ? d * 2 * per_side(m)
+                                                : (m * 2 * per_side(kHeads * d) + kHeads - 1) / kHeads;
+            }
+            if (sp > 0 && n - buf > 0 && entries > 0) {  // the outliers' cells
               const int64_t cells = c == KvComponent::kKey ? Ceil(n - buf, 16)
                                                            : Ceil(n - buf, 64) * Ceil(d, 16);
               bytes += kHeads * (cells * (32 + 4) + 4 + 16 * 4);

@@ -634,5 +634,27 @@ TEST(GearSparsePartTest, RowRangesSeeExactlyTheirEntries) {
   }
 }
 
+// Blocks whose outlier sets are too small for any outlier add no cells while every block
+// has been so (no memory at all); the first block that may hold some brings the cells of
+// every row, the earlier ones empty.
+TEST(GearSparsePartTest, NoCellsUntilABlockMayHoldOutliers) {
+  constexpr int d = 8;
+  SparseOutliers s(d, OutlierLanes::kRows);
+  s.ExtendRows(40, false);
+  s.ExtendRows(70, false);
+  EXPECT_EQ(s.index_bytes(), 0u);
+  std::vector<float> q(d, 1.0f), scores(70, 0.0f);
+  s.AddScores(0, 70, q.data(), 1, scores.data(), 70);
+  EXPECT_EQ(scores, std::vector<float>(70, 0.0f));
+  s.Append(75, 3, Fp32ToFp16(2.0f));
+  s.ExtendRows(90, true);
+  // 90 rows: 6 cells of 16 rows, each 36 bytes with its offset, plus the end offset and the
+  // 16 words of slack.
+  EXPECT_EQ(s.index_bytes(), 6u * 36 + 4 + 64);
+  std::vector<float> all(90, 0.0f);
+  s.AddScores(0, 90, q.data(), 1, all.data(), 90);
+  for (int r = 0; r < 90; ++r) EXPECT_EQ(all[r], r == 75 ? 2.0f : 0.0f) << r;
+}
+
 }  // namespace
 }  // namespace kvpack

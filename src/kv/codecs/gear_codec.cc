@@ -195,6 +195,10 @@ void GearStore::CompressBlock(const float* x, int64_t n, int rank) {
     SubstituteOutliers(x, mask.data(), n, n_heads, d, groups_, fed.data());
     feed = fed.data();
   }
+  // Whether this block's outlier sets are large enough to hold any (keys: n tokens per
+  // channel; values: a token's n_heads * d entries): a fact of the configuration.
+  const bool may_hold_outliers =
+      sparse && OutliersPerSide(config_.sparsity, is_key() ? n : row_len) > 0;
   std::vector<int64_t> first(n_heads);
   for (int h = 0; h < n_heads; ++h) first[h] = backbone_->n_tokens(h);
   for (int64_t t0 = 0; t0 < n; t0 += feed_run_) {
@@ -250,7 +254,7 @@ void GearStore::CompressBlock(const float* x, int64_t n, int rank) {
         sparse_[h].Append(first[h] + t, c, Fp32ToFp16(std::clamp(corr, -65504.0f, 65504.0f)));
       }
     }
-    sparse_[h].ExtendRows(first[h] + n);
+    sparse_[h].ExtendRows(first[h] + n, may_hold_outliers);
   }
   ++n_blocks_made_;
 }

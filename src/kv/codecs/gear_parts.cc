@@ -139,7 +139,13 @@ void SparseOutliers::Append(int64_t row, int channel, uint16_t value_fp16) {
   pending_.push_back(e);
 }
 
-void SparseOutliers::EncodeSlices(const std::vector<OutlierEntry>& entries, int64_t n_rows) {
+void SparseOutliers::EncodeSlices(const std::vector<OutlierEntry>& entries, int64_t n_rows,
+                                  bool with_cells) {
+  if (cell_rows_ == 0 && !with_cells) {
+    KVPACK_CHECK(entries.empty());
+    n_rows_ = n_rows;
+    return;
+  }
   const int64_t rows = slice_rows();
   if (!stream_.empty()) stream_.resize(stream_.size() - kOutlierStreamSlackWords);
   if (!cell_begin_.empty()) cell_begin_.pop_back();  // the end offset
@@ -154,16 +160,16 @@ void SparseOutliers::EncodeSlices(const std::vector<OutlierEntry>& entries, int6
   cell_begin_.push_back(static_cast<uint32_t>(stream_.size()));
   stream_.resize(stream_.size() + kOutlierStreamSlackWords, 0);
   n_entries_ += static_cast<int64_t>(entries.size());
-  n_rows_ = n_rows;
+  n_rows_ = cell_rows_ = n_rows;
 }
 
-void SparseOutliers::ExtendRows(int64_t n_rows) {
+void SparseOutliers::ExtendRows(int64_t n_rows, bool with_cells) {
   KVPACK_CHECK(n_rows >= n_rows_ && (pending_.empty() || pending_.back().row < n_rows));
   std::vector<OutlierEntry> entries;
   const int64_t rows = slice_rows();
-  if (n_rows_ % rows != 0) {
+  if (cell_rows_ % rows != 0) {
     // The last slice is partly filled: its cells are made again with the new rows.
-    const size_t c0 = static_cast<size_t>(n_rows_ / rows) * cells_per_slice();
+    const size_t c0 = static_cast<size_t>(cell_rows_ / rows) * cells_per_slice();
     const size_t c1 = cell_begin_.size() - 1;
     DecodeOutlierCells(lanes_, d_, stream_.data(), cell_begin_.data(), c0, c1, entries);
     n_entries_ -= static_cast<int64_t>(entries.size());
@@ -172,7 +178,7 @@ void SparseOutliers::ExtendRows(int64_t n_rows) {
   }
   entries.insert(entries.end(), pending_.begin(), pending_.end());
   pending_.clear();
-  EncodeSlices(entries, n_rows);
+  EncodeSlices(entries, n_rows, with_cells || !entries.empty());
 }
 
 std::vector<OutlierEntry> SparseOutliers::EntriesOf(int64_t r0, int64_t r1) const {
@@ -226,10 +232,10 @@ void SparseOutliers::AddAccumulate(int64_t r0, int64_t r1, const float* p, int n
 
 void SparseOutliers::Keep(std::span<const int64_t> keep) {
   KVPACK_CHECK(pending_.empty());
-  if (n_rows_ == 0) return;  // gear-l never extends (nor has entries)
+  const bool had_cells = cell_rows_ > 0;
   std::vector<OutlierEntry> kept;
   size_t k = 0;
-  for (const OutlierEntry& e : EntriesOf(0, n_rows_)) {
+  for (const OutlierEntry& e : EntriesOf(0, cell_rows_)) {
     while (k < keep.size() && keep[k] < e.row) ++k;
     if (k == keep.size()) break;
     if (keep[k] != e.row) continue;  // the token was evicted
@@ -238,8 +244,8 @@ void SparseOutliers::Keep(std::span<const int64_t> keep) {
   cell_begin_.clear();
   stream_.clear();
   n_entries_ = 0;
-  n_rows_ = 0;
-  EncodeSlices(kept, static_cast<int64_t>(keep.size()));
+  n_rows_ = cell_rows_ = 0;
+  EncodeSlices(kept, static_cast<int64_t>(keep.size()), had_cells);
   cell_begin_.shrink_to_fit();
   stream_.shrink_to_fit();
 }

@@ -90,7 +90,10 @@ class SparseOutliers {
   void Append(int64_t row, int channel, uint16_t value_fp16);
   // The head now has n_rows compressed rows (entries only ever name rows below it): encodes
   // the new rows' cells; the last, partly filled slice is decoded and encoded again.
-  void ExtendRows(int64_t n_rows);
+  // with_cells = false: the new rows could hold no entry (their block's outlier sets were
+  // too small); while every block has been so the head keeps no cells at all. The choice
+  // depends on the configuration only, never on the data, so memory stays a formula.
+  void ExtendRows(int64_t n_rows, bool with_cells = true);
 
   void AddDecode(int64_t r0, int64_t r1, float* out) const;  // out: [r1 - r0, d]
   void AddScores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
@@ -106,17 +109,20 @@ class SparseOutliers {
  private:
   int64_t slice_rows() const { return OutlierSliceRows(lanes_); }
   int cells_per_slice() const { return OutlierCellsPerSlice(lanes_, d_); }
-  // Rows [0, n_rows_) hold cells; r1 past them is cut there.
-  int64_t Covered(int64_t r1) const { return std::min(r1, n_rows_); }
+  // Rows [0, cell_rows_) hold cells; r1 past them is cut there.
+  int64_t Covered(int64_t r1) const { return std::min(r1, cell_rows_); }
   // The stored entries of rows [r0, r1), sorted by (row, channel).
   std::vector<OutlierEntry> EntriesOf(int64_t r0, int64_t r1) const;
   // Encodes slices from cell_begin_'s end up to the one holding row n_rows - 1, taking the
   // sorted `entries` (rows of those slices only).
-  void EncodeSlices(const std::vector<OutlierEntry>& entries, int64_t n_rows);
+  // with_cells = false while no cells exist: only n_rows_ moves (entries must be empty).
+  void EncodeSlices(const std::vector<OutlierEntry>& entries, int64_t n_rows, bool with_cells);
 
   int d_;
   OutlierLanes lanes_;
-  int64_t n_rows_ = 0;                 // rows the cells cover
+  int64_t n_rows_ = 0;                 // rows extended to
+  int64_t cell_rows_ = 0;              // rows the cells cover: n_rows_, or 0 while every
+                                       // block was extended without cells
   int64_t n_entries_ = 0;              // entries in the cells
   std::vector<uint32_t> cell_begin_;   // [n_cells + 1] word offsets into stream_
   std::vector<uint32_t> stream_;       // the cells, then kOutlierStreamSlackWords zeros
