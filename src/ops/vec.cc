@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "core/half.h"
 #include "ops/query_chunks.h"
@@ -88,8 +89,13 @@ HWY_INLINE float BlockScale(const uint8_t* p) {
 // once, sharing the loads of x, were slower: 152-161 tok/s, the streams of the rows
 // interleaved.)
 constexpr size_t kQ8PrefetchBytes = 4096;
-// The same distance for the float and fp16 cache rows of attention (DotRowsBy4, AxpyRowsBlock).
+// The same distance for the fp16 cache rows of attention (DotRowsBy4, AxpyRowsBlock): they
+// stream from memory once the cache outgrows the CPU's, and the quantized codecs' kernels
+// prefetch too, so the f16 baseline must. Float rows are the dequantized tiles of q8_0 (in
+// L1 already; prefetching past them measured no different) and the f32 reference codec.
 constexpr size_t kRowPrefetchBytes = 4096;
+template <typename T>
+constexpr bool kStreamsRows = std::is_same_v<T, uint16_t>;
 
 // Per q8_0 block: promote 32 int8 codes to f32 in vectors of up to 16 lanes, multiply with
 // x in two independent chains, then add the block's sum scaled by d into one of two running
@@ -240,10 +246,10 @@ size_t DotRowsBy4(const T* rows, size_t n_rows, size_t dim, const float* q, floa
                   size_t ld) {
   size_t t = 0;
   for (; t + 4 <= n_rows; t += 4) {
-    // The rows stream from memory once the cache outgrows the CPU's: the lines kRowPrefetchBytes
-    // ahead (the quantized codecs' kernels do the same, so the f16 baseline is not handicapped).
-    const char* next = reinterpret_cast<const char*>(rows + t * dim) + kRowPrefetchBytes;
-    for (size_t b = 0; b < 4 * dim * sizeof(T); b += 64) hwy::Prefetch(next + b);
+    if constexpr (kStreamsRows<T>) {
+      const char* next = reinterpret_cast<const char*>(rows + t * dim) + kRowPrefetchBytes;
+      for (size_t b = 0; b < 4 * dim * sizeof(T); b += 64) hwy::Prefetch(next + b);
+    }
     __m256 acc[4 * M];
     for (size_t k = 0; k < 4 * M; ++k) acc[k] = _mm256_setzero_ps();
     for (size_t c = 0; c < dim; c += 8) {
@@ -296,8 +302,10 @@ HWY_INLINE void AxpyRowsBlock(const float* p, size_t ld, const T* rows, size_t n
   }
   for (size_t t = 0; t < n_rows; ++t) {
     const T* row = rows + t * dim + c;
-    for (size_t b = 0; b < V * N * sizeof(T); b += 64) {
-      hwy::Prefetch(reinterpret_cast<const char*>(row) + kRowPrefetchBytes + b);
+    if constexpr (kStreamsRows<T>) {
+      for (size_t b = 0; b < V * N * sizeof(T); b += 64) {
+        hwy::Prefetch(reinterpret_cast<const char*>(row) + kRowPrefetchBytes + b);
+      }
     }
     hn::Vec<decltype(d)> x[V];
     for (size_t v = 0; v < V; ++v) x[v] = LoadRow(d, row + v * N);
