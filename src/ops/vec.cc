@@ -37,6 +37,9 @@ float DotF32Impl(const float* a, const float* b, size_t n) {
   return sum;
 }
 
+// f16 weight rows stream like q8_0's (below): the line 4 KB ahead.
+constexpr size_t kF16PrefetchElems = 2048;
+
 float DotF16F32Impl(const uint16_t* a, const float* b, size_t n) {
   const hn::ScalableTag<float> d;
   const hn::Rebind<hwy::float16_t, decltype(d)> dh;
@@ -45,6 +48,7 @@ float DotF16F32Impl(const uint16_t* a, const float* b, size_t n) {
   auto s0 = hn::Zero(d), s1 = hn::Zero(d);
   size_t i = 0;
   for (; i + 2 * N <= n; i += 2 * N) {
+    hwy::Prefetch(a + i + kF16PrefetchElems);
     s0 = hn::MulAdd(hn::PromoteTo(d, hn::LoadU(dh, ah + i)), hn::LoadU(d, b + i), s0);
     s1 = hn::MulAdd(hn::PromoteTo(d, hn::LoadU(dh, ah + i + N)), hn::LoadU(d, b + i + N), s1);
   }
