@@ -16,6 +16,7 @@
 #define KVPACK_HAVE_VNNI_KERNEL 0
 #endif
 
+#include "core/half.h"
 #include "ops/code_dot.h"
 #include "ops/code_unpack.h"
 #include "ops/query_chunks.h"
@@ -331,7 +332,9 @@ constexpr int kTileBlocks = kPackedTileRowsMax / 16;
 // [NQ * ng][kTileLdq], steps s) and the sums of p * min (msum) in registers. Everything is
 // unrolled so that the NQ x NG reduction chains overlap. live[b]: the rows of block b
 // (16 rows) that exist; the others' probabilities and parameters load as 0.
-template <size_t NQ, size_t NG>
+// kQ4_0: params are q4_0 plane scales instead, [n_rows, 2] fp16 (one 32-bit word per row,
+// group 0 in the low half), with min = -8 scale (exact in float).
+template <size_t NQ, size_t NG, bool kQ4_0 = false>
 KVPACK_VNNI_ATTR void TileWeights(const float* p, size_t ldp, const uint16_t* params,
                                   size_t n_groups, size_t g0, size_t gb, size_t ng,
                                   size_t n_rows, const __mmask16* live, int16_t* wq, float* s,
@@ -341,10 +344,17 @@ KVPACK_VNNI_ATTR void TileWeights(const float* p, size_t ldp, const uint16_t* pa
   for (size_t g = 0; g < NG; ++g) {
 #pragma GCC unroll 4
     for (int b = 0; b < kTileBlocks; ++b) {
-      const __m512i x = GroupParamWords(params, n_groups, g0 + gb + g, 16 * b,
-                                        static_cast<int64_t>(n_rows) - 16 * b);
-      scale[g][b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(x));
-      min[g][b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)));
+      const int64_t n = static_cast<int64_t>(n_rows) - 16 * b;
+      if constexpr (kQ4_0) {
+        const __m512i x = LoadWords(reinterpret_cast<const uint32_t*>(params) + 16 * b, n);
+        const __m512i half = g0 + gb + g == 0 ? x : _mm512_srli_epi32(x, 16);
+        scale[g][b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(half));
+        min[g][b] = _mm512_mul_ps(scale[g][b], _mm512_set1_ps(-8.0f));
+      } else {
+        const __m512i x = GroupParamWords(params, n_groups, g0 + gb + g, 16 * b, n);
+        scale[g][b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(x));
+        min[g][b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)));
+      }
     }
   }
 #pragma GCC unroll 4
@@ -381,8 +391,9 @@ KVPACK_VNNI_ATTR void TileWeights(const float* p, size_t ldp, const uint16_t* pa
   }
 }
 
-// AccumulatePackedRowsI16 on this path: the weights of the tile never go through memory as
-// floats (TileWeights), then the chunk loops.
+// AccumulatePackedRowsI16 (and, with kQ4_0, AccumulateQ4_0RowsI16) on this path: the weights
+// of the tile never go through memory as floats (TileWeights), then the chunk loops.
+template <bool kQ4_0 = false>
 KVPACK_VNNI_ATTR void AccumulatePackedRowsAvx512(const float* p, size_t ldp, size_t n_q,
                                                  const uint16_t* params, size_t n_groups,
                                                  size_t g0, size_t ng, const uint8_t* rows,
@@ -405,10 +416,12 @@ KVPACK_VNNI_ATTR void AccumulatePackedRowsAvx512(const float* p, size_t ldp, siz
     float* msum_i = msum + i0 * ng;
     size_t gb = 0;
     for (; gb + 2 <= ng; gb += 2) {
-      TileWeights<m, 2>(p_i, ldp, params, n_groups, g0, gb, ng, n_rows, live, wq_i, s_i, msum_i);
+      TileWeights<m, 2, kQ4_0>(p_i, ldp, params, n_groups, g0, gb, ng, n_rows, live, wq_i, s_i,
+                               msum_i);
     }
     if (gb < ng) {
-      TileWeights<m, 1>(p_i, ldp, params, n_groups, g0, gb, ng, n_rows, live, wq_i, s_i, msum_i);
+      TileWeights<m, 1, kQ4_0>(p_i, ldp, params, n_groups, g0, gb, ng, n_rows, live, wq_i, s_i,
+                               msum_i);
     }
   });
   AxpyQuantizedI16(wq.data(), kTileLdq, s.data(), n_q, rows + first * bits / 8, bits, n_rows,
@@ -417,6 +430,17 @@ KVPACK_VNNI_ATTR void AccumulatePackedRowsAvx512(const float* p, size_t ldp, siz
 
 #pragma GCC diagnostic pop
 #endif  // KVPACK_HAVE_VNNI_KERNEL
+
+// q4_0 plane scales [n_rows, ng] fp16 as float planes by group: scale[g * n_rows + k] = s,
+// min[g * n_rows + k] = -8 s.
+void Q4_0ScalePlanes(const uint16_t* scales, size_t n_rows, size_t ng, float* scale, float* min) {
+  for (size_t k = 0; k < n_rows; ++k) {
+    for (size_t g = 0; g < ng; ++g) {
+      scale[g * n_rows + k] = Fp16ToFp32(scales[k * ng + g]);
+      min[g * n_rows + k] = -8.0f * scale[g * n_rows + k];
+    }
+  }
+}
 
 bool IntegerPathApplies(size_t d, size_t first, size_t group) {
   return HasInt16ValueKernel() && d % 16 == 0 && first % 16 == 0 && group % 16 == 0;
@@ -477,6 +501,44 @@ void AccumulatePackedRowsI16Ref(const float* p, size_t ldp, size_t n_q, const ui
                             n_rows, msum);
   AxpyPackedRowsWeightedI16Ref(w.data(), n_q, n_rows, rows, n_rows, row_bytes, bits, d, first,
                                group, out);
+}
+
+bool HasFusedQ4_0ValueKernel(size_t d, size_t n_rows) {
+  return d == 64 && HasFusedPackedValueKernel(4, d, 0, 32, 2, n_rows);
+}
+
+void AccumulateQ4_0RowsI16(const float* p, size_t ldp, size_t n_q, const uint16_t* scales,
+                           const uint8_t* codes, size_t n_rows, size_t d, float* out,
+                           float* msum) {
+  if (n_rows == 0 || n_q == 0) return;
+#if KVPACK_HAVE_VNNI_KERNEL
+  if (HasFusedQ4_0ValueKernel(d, n_rows)) {
+    AccumulatePackedRowsAvx512<true>(p, ldp, n_q, scales, 2, 0, 2, codes, n_rows, d / 2, 4, d, 0,
+                                     32, out, msum);
+    return;
+  }
+#endif
+  // The composition of the dispatched kernels (float weights where the integer path is absent).
+  const size_t ng = d / 32;
+  thread_local std::vector<float> scale, min, w;
+  scale.resize(ng * n_rows);
+  min.resize(ng * n_rows);
+  w.resize(n_q * ng * n_rows);
+  Q4_0ScalePlanes(scales, n_rows, ng, scale.data(), min.data());
+  GroupWeightsAndMinSums(p, ldp, n_q, scale.data(), min.data(), n_rows, ng, n_rows, w.data(),
+                         n_rows, msum);
+  AxpyPackedRowsWeightedI16(w.data(), n_q, n_rows, codes, n_rows, d / 2, 4, d, 0, 32, out);
+}
+
+void AccumulateQ4_0RowsI16Ref(const float* p, size_t ldp, size_t n_q, const uint16_t* scales,
+                              const uint8_t* codes, size_t n_rows, size_t d, float* out,
+                              float* msum) {
+  const size_t ng = d / 32;
+  std::vector<float> scale(ng * n_rows), min(ng * n_rows), w(n_q * ng * n_rows);
+  Q4_0ScalePlanes(scales, n_rows, ng, scale.data(), min.data());
+  GroupWeightsAndMinSumsRef(p, ldp, n_q, scale.data(), min.data(), n_rows, ng, n_rows, w.data(),
+                            n_rows, msum);
+  AxpyPackedRowsWeightedI16Ref(w.data(), n_q, n_rows, codes, n_rows, d / 2, 4, d, 0, 32, out);
 }
 
 bool HasPackedInt16ValueKernel(int bits, size_t d, size_t first, size_t group) {

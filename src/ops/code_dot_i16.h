@@ -75,6 +75,24 @@ void AccumulatePackedRowsI16Ref(const float* p, size_t ldp, size_t n_q, const ui
                                 size_t n_rows, size_t row_bytes, int bits, size_t d,
                                 size_t first, size_t group, float* out, float* msum);
 
+// q4_0 plane rows (kv/codecs/q4_0_codec.h: codes [n_rows, d / 2] packed LSB-first, scales
+// [n_rows, d / 32] fp16, value = s * (code - 8)): AccumulatePackedRowsI16's contract with
+// scale-only parameters and min = -8 s, over all d / 32 groups of 32 channels:
+//   w[i, g, k] = p[i * ldp + k] * s[k, g],
+//   msum[i * ng + g] += sum_k p[i * ldp + k] * (-8 s[k, g]),
+//   out += AxpyPackedRowsWeightedI16(w, ..., bits 4, group 32).
+// Fused path (AVX512-VNNI + VBMI, d = 64, at most kPackedTileRowsMax rows): the same register
+// pass as AccumulatePackedRowsI16 with the scales read as one 32-bit word per row. Elsewhere
+// the dispatched kernels composed. The twin: GroupWeightsAndMinSumsRef and
+// AxpyPackedRowsWeightedI16Ref (out bit-identical to the fused path, msum in another order).
+bool HasFusedQ4_0ValueKernel(size_t d, size_t n_rows);
+void AccumulateQ4_0RowsI16(const float* p, size_t ldp, size_t n_q, const uint16_t* scales,
+                           const uint8_t* codes, size_t n_rows, size_t d, float* out,
+                           float* msum);
+void AccumulateQ4_0RowsI16Ref(const float* p, size_t ldp, size_t n_q, const uint16_t* scales,
+                              const uint8_t* codes, size_t n_rows, size_t d, float* out,
+                              float* msum);
+
 }  // namespace kvpack
 
 #endif  // KVPACK_OPS_CODE_DOT_I16_H_

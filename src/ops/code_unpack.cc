@@ -75,76 +75,6 @@ void UnpackCodeRowsImpl(const uint8_t* src, const int64_t* rows, size_t n_rows,
   }
 }
 
-// Codes block by block (one 128-bit load makes 32 codes); then, per block column g, the
-// fp16 scales gathered 64 rows at a time and converted as vectors (a scalar fp16 conversion
-// per block took most of the time of a q4_0 tile).
-void UnpackQ4_0RowsImpl(const uint8_t* blocks, size_t n_rows, size_t bpr, uint8_t* codes,
-                        float* scale, float* min, size_t ld) {
-  const size_t n_blocks = n_rows * bpr;
-  size_t b = 0;
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  // Four blocks per step: their 16-byte code runs in the four 128-bit lanes of one vector,
-  // low nibbles and high nibbles masked out as two vectors, and each block's (low, high)
-  // lane pair interleaved into the output by two 64-bit permutes.
-  const __m512i nibble = _mm512_set1_epi8(0x0F);
-  const __m512i first_two = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
-  const __m512i last_two = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
-  for (; b + 4 <= n_blocks; b += 4) {
-    const uint8_t* q = blocks + b * 18 + 2;
-    _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchBytes), _MM_HINT_T0);
-    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 18)), 1);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 36)), 2);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 54)), 3);
-    const __m512i lo = _mm512_and_si512(v, nibble);
-    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
-    _mm512_storeu_si512(codes + b * 32, _mm512_permutex2var_epi64(lo, first_two, hi));
-    _mm512_storeu_si512(codes + b * 32 + 64, _mm512_permutex2var_epi64(lo, last_two, hi));
-  }
-#endif
-  for (; b < n_blocks; ++b) {
-    const uint8_t* q = blocks + b * 18 + 2;
-    uint8_t* c = codes + b * 32;
-    hwy::Prefetch(q + kPrefetchBytes);
-#if HWY_TARGET != HWY_SCALAR
-    const hn::Full128<uint8_t> d8;
-    const auto v = hn::LoadU(d8, q);
-    hn::StoreU(hn::And(v, hn::Set(d8, 0x0F)), d8, c);
-    hn::StoreU(hn::ShiftRight<4>(v), d8, c + 16);
-#else
-    for (int j = 0; j < 16; ++j) {
-      c[j] = q[j] & 15;
-      c[j + 16] = q[j] >> 4;
-    }
-#endif
-  }
-  constexpr size_t kChunk = 64;
-  HWY_ALIGN uint16_t d16[kChunk];
-  for (size_t g = 0; g < bpr; ++g) {
-    for (size_t r0 = 0; r0 < n_rows; r0 += kChunk) {
-      const size_t n = std::min(kChunk, n_rows - r0);
-      for (size_t r = 0; r < n; ++r) std::memcpy(&d16[r], blocks + ((r0 + r) * bpr + g) * 18, 2);
-      float* s = scale + g * ld + r0;
-      float* m = min + g * ld + r0;
-      size_t r = 0;
-#if HWY_TARGET != HWY_SCALAR
-      const hn::ScalableTag<float> df;
-      const hn::Rebind<hwy::float16_t, decltype(df)> dh;
-      const size_t N = hn::Lanes(df);
-      for (; r + N <= n; r += N) {
-        const auto v = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(d16 + r)));
-        hn::StoreU(v, df, s + r);
-        hn::StoreU(hn::Mul(v, hn::Set(df, -8.0f)), df, m + r);
-      }
-#endif
-      for (; r < n; ++r) {
-        s[r] = Fp16ToFp32(d16[r]);
-        m[r] = -8.0f * s[r];
-      }
-    }
-  }
-}
-
 void DequantizeCodesImpl(const uint8_t* codes, size_t n, float scale, float min, float* out) {
   const hn::ScalableTag<float> d;
   const hn::Rebind<int32_t, decltype(d)> di;
@@ -312,7 +242,6 @@ HWY_AFTER_NAMESPACE();
 namespace kvpack {
 HWY_EXPORT(UnpackCodesU8Impl);
 HWY_EXPORT(UnpackCodeRowsImpl);
-HWY_EXPORT(UnpackQ4_0RowsImpl);
 HWY_EXPORT(DequantizeCodesImpl);
 HWY_EXPORT(DequantizeCodesPerChannelImpl);
 HWY_EXPORT(DequantizeRowsPerChannelImpl);
@@ -365,26 +294,6 @@ void UnpackCodeRowsRef(const uint8_t* src, const int64_t* rows, size_t n_rows, s
   for (size_t r = 0; r < n_rows; ++r) {
     const size_t row = rows ? static_cast<size_t>(rows[r]) : r;
     UnpackCodesU8Ref(src + row * row_bytes, first, n, bits, dst + r * n);
-  }
-}
-void UnpackQ4_0Rows(const uint8_t* blocks, size_t n_rows, size_t blocks_per_row,
-                    uint8_t* codes, float* scale, float* min, size_t ld) {
-  HWY_DYNAMIC_DISPATCH(UnpackQ4_0RowsImpl)(blocks, n_rows, blocks_per_row, codes, scale, min, ld);
-}
-void UnpackQ4_0RowsRef(const uint8_t* blocks, size_t n_rows, size_t bpr, uint8_t* codes,
-                       float* scale, float* min, size_t ld) {
-  for (size_t r = 0; r < n_rows; ++r) {
-    for (size_t g = 0; g < bpr; ++g) {
-      const size_t b = r * bpr + g;
-      const uint8_t* blk = blocks + b * 18;
-      const float d = Fp16ToFp32(static_cast<uint16_t>(blk[0] | blk[1] << 8));
-      scale[g * ld + r] = d;
-      min[g * ld + r] = -8.0f * d;
-      for (int j = 0; j < 16; ++j) {
-        codes[b * 32 + j] = blk[2 + j] & 15;
-        codes[b * 32 + 16 + j] = blk[2 + j] >> 4;
-      }
-    }
   }
 }
 void DequantizeCodes(const uint8_t* codes, size_t n, float scale, float min, float* out) {

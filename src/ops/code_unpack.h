@@ -27,15 +27,6 @@ void UnpackCodeRows(const uint8_t* src, const int64_t* rows, size_t n_rows, size
 void UnpackCodeRowsRef(const uint8_t* src, const int64_t* rows, size_t n_rows, size_t row_bytes,
                        int64_t first, size_t n, int bits, uint8_t* dst);
 
-// Rows of q4_0 blocks (ggml: fp16 d, then 16 bytes, byte j = code j | code j + 16 << 4;
-// blocks_per_row blocks per row, rows consecutive) as codes and per-block parameter planes:
-//   codes[r * 32 * bpr + 32 * g + j] = code j of block g of row r (0..15),
-//   scale[g * ld + r] = d,  min[g * ld + r] = -8 d     (value = code * scale + min).
-void UnpackQ4_0Rows(const uint8_t* blocks, size_t n_rows, size_t blocks_per_row,
-                    uint8_t* codes, float* scale, float* min, size_t ld);
-void UnpackQ4_0RowsRef(const uint8_t* blocks, size_t n_rows, size_t blocks_per_row,
-                       uint8_t* codes, float* scale, float* min, size_t ld);
-
 // Per-(row, group) fp16 parameter pairs (params: [n_rows, n_groups, 2], (scale, min)) as
 // float planes by group, for groups [g0, g0 + ng):
 //   scale[g * ld + r] = params[r, g0 + g, 0],  min[g * ld + r] = params[r, g0 + g, 1].

@@ -12,6 +12,7 @@
 #include "ops/code_dot_i8.h"
 #include "ops/code_unpack.h"
 #include "ops/packed_dot_i8.h"
+#include "ops/query_chunks.h"
 #include "ops/vec.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -400,6 +401,72 @@ KVPACK_BLOCK_ATTR void ScoreTokenRows64(const uint8_t* rows, size_t n_rows,
       break;
   }
 }
+
+// Query rows [0, NQ) against consecutive q4_0 plane rows (d = 64: 32 bytes, two groups of 32
+// channels). The tree of ScoreTokenRowsI8 over rows 0-7 and rows 8-15 stops one level early:
+// lanes (2r, 2r + 1) hold row r's sums over channels 0-31 and 32-63 (lane m of a packed row
+// covers channels 8m .. 8m + 7), and one even/odd permutation of the two halves gives each
+// group's 16 row sums apart. The 16 rows' scales are one 64-byte load (row r's word: group 0
+// in the low half, group 1 in the high half). Then CombineCodeDots' steps with min = -8 s.
+template <int NQ>
+KVPACK_BLOCK_ATTR void Q4_0RowsPass(const uint8_t* codes, size_t n_rows, const uint16_t* scales,
+                                    const int8_t* q8, const float* alpha, const float* qsum,
+                                    float* scores, size_t ld) {
+  using S = Shape64<4>;
+  alignas(64) int8_t qp[NQ][64];
+  __m512i qv[NQ][S::kK];
+#pragma GCC unroll 8
+  for (int i = 0; i < NQ; ++i) {
+    _mm512_store_si512(qp[i], Arranged<4>(_mm512_loadu_si512(q8 + 64 * i)));
+    BroadcastSegments<4>(qp[i], qv[i]);
+  }
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  const __m512 minus8 = _mm512_set1_ps(-8.0f);
+  for (size_t t0 = 0; t0 < n_rows; t0 += 16) {
+    const size_t left = std::min<size_t>(16, n_rows - t0);
+    const uint8_t* block = codes + t0 * S::kRowBytes;
+    const __mmask16 live = static_cast<__mmask16>((1u << left) - 1);
+    __m512i lo[NQ], hi[NQ];  // rows 0-7 and 8-15, (group 0, group 1) per row
+    if (left == 16) {
+#pragma GCC unroll 8
+      for (int z = 0; z < S::kW; ++z) {
+        _mm_prefetch(reinterpret_cast<const char*>(block + 64 * z + kPrefetchBytes),
+                     _MM_HINT_T0);
+      }
+      Tree<4, NQ, 0, S::kW / 2, false>(block, 0, qv, lo);
+      Tree<4, NQ, S::kW / 2, S::kW / 2, false>(block, 0, qv, hi);
+    } else {
+      Tree<4, NQ, 0, S::kW / 2, true>(block, left * S::kRowBytes, qv, lo);
+      Tree<4, NQ, S::kW / 2, S::kW / 2, true>(block, left * S::kRowBytes, qv, hi);
+    }
+    const __m512i words = _mm512_maskz_loadu_epi32(live, scales + 2 * t0);
+    const __m512 s0 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
+    const __m512 s1 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, 16)));
+    const __m512 m0 = _mm512_mul_ps(s0, minus8), m1 = _mm512_mul_ps(s1, minus8);
+#pragma GCC unroll 8
+    for (int i = 0; i < NQ; ++i) {
+      const __m512 a = _mm512_set1_ps(alpha[i]);
+      const __m512 d0 = _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo[i], even, hi[i]));
+      const __m512 d1 = _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo[i], odd, hi[i]));
+      __m512 acc = _mm512_mul_ps(_mm512_mul_ps(a, s0), d0);
+      acc = _mm512_fmadd_ps(m0, _mm512_set1_ps(qsum[2 * i]), acc);
+      acc = _mm512_fmadd_ps(_mm512_mul_ps(a, s1), d1, acc);
+      acc = _mm512_fmadd_ps(m1, _mm512_set1_ps(qsum[2 * i + 1]), acc);
+      _mm512_mask_storeu_ps(scores + i * ld + t0, live, acc);
+    }
+  }
+}
+
+KVPACK_BLOCK_ATTR void ScoreQ4_0Rows64(const uint8_t* codes, size_t n_rows,
+                                       const uint16_t* scales, const int8_t* q8,
+                                       const float* alpha, const float* qsum, size_t n_q,
+                                       float* scores, size_t ld) {
+  ForEachQueryChunk<4>(n_q, [&](auto m, size_t i) {
+    Q4_0RowsPass<m>(codes, n_rows, scales, q8 + 64 * i, alpha + i, qsum + 2 * i,
+                    scores + i * ld, ld);
+  });
+}
 #pragma GCC diagnostic pop
 #endif  // KVPACK_HAVE_BLOCK_KERNEL
 
@@ -470,6 +537,67 @@ void ScoreTokenRowsI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, s
       const float s = alpha[i] * Fp16ToFp32(params[2 * r]);
       const float a = s * static_cast<float>(dots[i * n_rows + r]);
       scores[i * ld + r] = std::fma(Fp16ToFp32(params[2 * r + 1]), qsum[i], a);
+    }
+  }
+}
+
+bool HasFastQ4_0Scores(size_t d) { return HasFastPackedScores(32, d, 4); }
+
+void ScoreQ4_0RowsI8(const uint8_t* codes, const uint16_t* scales, size_t n_rows, size_t d,
+                     const int8_t* q8, const float* alpha, const float* qsum, size_t n_q,
+                     float* scores, size_t ld) {
+  if (n_rows == 0 || n_q == 0) return;
+#if KVPACK_HAVE_BLOCK_KERNEL
+  if (HasFastQ4_0Scores(d)) {
+    ScoreQ4_0Rows64(codes, n_rows, scales, q8, alpha, qsum, n_q, scores, ld);
+    return;
+  }
+#endif
+  // The general path, a tile of kTile rows at a time: codes unpacked to bytes, the scales as
+  // float planes by group (min = -8 s), then the general integer dots and combination.
+  constexpr size_t kTile = 64;
+  const size_t ng = d / 32, row_bytes = d / 2;
+  thread_local std::vector<uint8_t> tile;
+  thread_local std::vector<float> scale, min;
+  thread_local std::vector<int32_t> dots;
+  tile.resize(kTile * d);
+  scale.resize(ng * kTile);
+  min.resize(ng * kTile);
+  dots.resize(n_q * ng * kTile);
+  for (size_t k0 = 0; k0 < n_rows; k0 += kTile) {
+    const size_t m = std::min(kTile, n_rows - k0);
+    UnpackCodeRows(codes + k0 * row_bytes, nullptr, m, row_bytes, 0, d, 4, tile.data());
+    for (size_t k = 0; k < m; ++k) {
+      for (size_t g = 0; g < ng; ++g) {
+        scale[g * kTile + k] = Fp16ToFp32(scales[(k0 + k) * ng + g]);
+        min[g * kTile + k] = -8.0f * scale[g * kTile + k];
+      }
+    }
+    DotCodeRowsI8(tile.data(), m, d, d, 32, q8, n_q, dots.data(), kTile);
+    CombineCodeDots(dots.data(), scale.data(), min.data(), kTile, m, n_q, ng, alpha, qsum,
+                    scores + k0, ld);
+  }
+}
+
+void ScoreQ4_0RowsI8Ref(const uint8_t* codes, const uint16_t* scales, size_t n_rows, size_t d,
+                        const int8_t* q8, const float* alpha, const float* qsum, size_t n_q,
+                        float* scores, size_t ld) {
+  const size_t ng = d / 32, row_bytes = d / 2;
+  for (size_t i = 0; i < n_q; ++i) {
+    for (size_t r = 0; r < n_rows; ++r) {
+      float acc = 0.0f;
+      for (size_t g = 0; g < ng; ++g) {
+        int32_t dot = 0;
+        for (size_t j = 0; j < 32; ++j) {
+          const size_t c = 32 * g + j;
+          const int code = (codes[r * row_bytes + c / 2] >> (4 * (c % 2))) & 15;
+          dot += code * q8[i * d + c];
+        }
+        const float s = Fp16ToFp32(scales[r * ng + g]);
+        acc = std::fma(alpha[i] * s, static_cast<float>(dot), acc);
+        acc = std::fma(-8.0f * s, qsum[i * ng + g], acc);
+      }
+      scores[i * ld + r] = acc;
     }
   }
 }

@@ -56,6 +56,27 @@ void ScoreTokenRowsI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, s
 // Whether ScoreChannelBlocksI8 and ScoreTokenRowsI8 take its single-pass kernel for this shape on this CPU.
 bool HasFastPackedScores(size_t row_bytes, size_t d, int bits);
 
+// Consecutive q4_0 rows in plane form (kv/codecs/q4_0_codec.h): ng = d / 32 groups of 32
+// channels per row, each with one fp16 scale s (value = s * (code - 8), ggml's block_q4_0)
+// and 4-bit codes packed LSB-first, d / 2 bytes per row. For a query quantized by the caller
+// (QuantizeI8: q8_i, alpha_i) with qsum[i * ng + g] the float sum of q_i over group g, the
+// score is CombineCodeDots' sequence over the groups with (scale, min) = (s, -8 s):
+//   acc = 0; for g: acc = fma(alpha_i * s_rg, q8_i . code_rg, acc); acc = fma(-8 s_rg, qsum_ig, acc)
+//   scores[i * ld + r] = acc.
+//   codes: [n_rows, d / 2]; scales: [n_rows, ng] fp16; q8: [n_q, d]; scores: [n_q, ld].
+// Fast path (AVX512-VNNI, d = 64): the packed-row dot tree of ScoreTokenRowsI8 stopped one
+// level early, so that each row's two group sums come out apart. Elsewhere: unpack a tile,
+// DotCodeRowsI8 and CombineCodeDots (the same integers and floats).
+void ScoreQ4_0RowsI8(const uint8_t* codes, const uint16_t* scales, size_t n_rows, size_t d,
+                     const int8_t* q8, const float* alpha, const float* qsum, size_t n_q,
+                     float* scores, size_t ld);
+// Its scalar twin: codes read bit by bit, exact integer dots, the same float steps.
+void ScoreQ4_0RowsI8Ref(const uint8_t* codes, const uint16_t* scales, size_t n_rows, size_t d,
+                        const int8_t* q8, const float* alpha, const float* qsum, size_t n_q,
+                        float* scores, size_t ld);
+// Whether ScoreQ4_0RowsI8 takes its single-pass kernel for head size d on this CPU.
+bool HasFastQ4_0Scores(size_t d);
+
 }  // namespace kvpack
 
 #endif  // KVPACK_OPS_PACKED_SCORES_H_

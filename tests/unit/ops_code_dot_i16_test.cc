@@ -224,5 +224,78 @@ TEST(CodeDotI16, TheBoundIsReached) {
   EXPECT_NEAR(a[0], exact[0], (1.0f / 3) / 32767.0 / 2 * 3 * n_rows);
 }
 
+// q4_0 plane rows (scale-only parameters, min = -8 s): where the CPU has the int16 kernel
+// (fused at d = 64, composed elsewhere) out equals the twin bit for bit; without it the float
+// weights differ from the twin's quantized ones by at most its step bound (s / 2 * sum of the
+// codes, as above) plus float summation. msum against the twin as in the fused tile test.
+TEST(CodeDotI16, Q4_0TileMatchesTheTwinOnEveryTarget) {
+  bool saw_fused = false;
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::mt19937 rng(10);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (size_t d : {32, 64, 96, 128}) {
+      const size_t ng = d / 32;
+      for (size_t n_rows : {1, 2, 15, 16, 17, 40, 63, 64}) {
+        saw_fused = saw_fused || HasFusedQ4_0ValueKernel(d, n_rows);
+        for (size_t n_q : {1, 3, 4, 5}) {
+          const size_t ldp = n_rows + 2;
+          std::vector<float> p(n_q * ldp);
+          for (auto& x : p) x = std::fabs(u(rng));
+          if (n_q > 1) std::fill(p.begin() + ldp, p.begin() + 2 * ldp, 0.0f);
+          std::vector<uint16_t> scales(n_rows * ng);
+          for (auto& x : scales) x = Fp32ToFp16(0.1f * u(rng));
+          std::vector<uint8_t> codes(n_rows * d / 2);
+          for (auto& b : codes) b = static_cast<uint8_t>(rng());
+          std::vector<float> base(n_q * d), msum_base(n_q * ng);
+          for (auto& x : base) x = u(rng);
+          for (auto& x : msum_base) x = u(rng);
+          std::vector<float> out = base, out_ref = base, msum = msum_base, msum_ref = msum_base;
+          AccumulateQ4_0RowsI16(p.data(), ldp, n_q, scales.data(), codes.data(), n_rows, d,
+                                out.data(), msum.data());
+          AccumulateQ4_0RowsI16Ref(p.data(), ldp, n_q, scales.data(), codes.data(), n_rows, d,
+                                   out_ref.data(), msum_ref.data());
+          const auto code = [&](size_t k, size_t c) {
+            return (codes[k * d / 2 + c / 2] >> (4 * (c % 2))) & 15;
+          };
+          for (size_t i = 0; i < n_q; ++i) {
+            for (size_t c = 0; c < d; ++c) {
+              const size_t x = i * d + c;
+              if (HasInt16ValueKernel()) {
+                ASSERT_EQ(out[x], out_ref[x]) << hwy::TargetName(target) << " d " << d
+                                              << " rows " << n_rows << " n_q " << n_q;
+                continue;
+              }
+              double wmax = 0.0, codes_sum = 0.0, mag = std::fabs(base[x]);
+              for (size_t k = 0; k < n_rows; ++k) {
+                const double w = std::fabs(p[i * ldp + k] * Fp16ToFp32(scales[k * ng + c / 32]));
+                wmax = std::max(wmax, w);
+                codes_sum += code(k, c);
+                mag += w * code(k, c);
+              }
+              const double bound = wmax / 32767.0 / 2.0 * codes_sum * (1.0 + 1e-6) +
+                                   4.0 * (n_rows + 1) * std::ldexp(1.0, -24) * (mag + 1e-30);
+              ASSERT_NEAR(out[x], out_ref[x], bound) << hwy::TargetName(target) << " d " << d;
+            }
+            for (size_t g = 0; g < ng; ++g) {
+              double mass = 0.0;
+              for (size_t k = 0; k < n_rows; ++k) {
+                mass += std::fabs(p[i * ldp + k] * 8.0f * Fp16ToFp32(scales[k * ng + g]));
+              }
+              const float a = msum[i * ng + g], b = msum_ref[i * ng + g];
+              ASSERT_LE(std::fabs(a - b), n_rows * std::ldexp(mass, -24) +
+                                              std::ldexp(std::fabs(b), -23))
+                  << "msum, query " << i << " group " << g;
+            }
+          }
+          ASSERT_NE(out, base);  // not vacuous
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  if (!saw_fused) GTEST_SKIP() << "no AVX512-VNNI + VBMI here: only the composed path ran";
+}
+
 }  // namespace
 }  // namespace kvpack

@@ -235,48 +235,5 @@ TEST(CodeUnpack, RowWindowsMatchTheTwin) {
   }
 }
 
-
-// q4_0 rows as codes and parameter planes: equal to the twin, and code * scale + min is the
-// io layer's dequantization of the same bytes (the ggml definition).
-TEST(CodeUnpack, Q4_0RowsAsCodesAndParameterPlanesOnEveryTarget) {
-  std::mt19937 rng(12);
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    for (size_t bpr : {1, 2, 4}) {
-      for (size_t n_rows : {1, 7, 16, 65, 130}) {
-        const size_t n_blocks = n_rows * bpr, ld = n_rows + 5;
-        std::vector<uint8_t> blocks(n_blocks * 18);
-        for (auto& b : blocks) b = static_cast<uint8_t>(rng() & 255);
-        for (size_t b = 0; b < n_blocks; ++b) {
-          const uint16_t d =
-              Fp32ToFp16(static_cast<float>(static_cast<int>(rng() % 200) - 100) / 64.0f);
-          std::memcpy(&blocks[b * 18], &d, 2);
-        }
-        std::vector<uint8_t> codes(n_blocks * 32), codes_ref(n_blocks * 32);
-        std::vector<float> scale(bpr * ld, 1.5f), min(bpr * ld, 1.5f), scale_ref = scale,
-                                                                       min_ref = min;
-        UnpackQ4_0Rows(blocks.data(), n_rows, bpr, codes.data(), scale.data(), min.data(), ld);
-        UnpackQ4_0RowsRef(blocks.data(), n_rows, bpr, codes_ref.data(), scale_ref.data(),
-                          min_ref.data(), ld);
-        ASSERT_EQ(codes, codes_ref) << "blocks per row " << bpr << " rows " << n_rows;
-        ASSERT_EQ(scale, scale_ref) << "blocks per row " << bpr << " rows " << n_rows;
-        ASSERT_EQ(min, min_ref) << "blocks per row " << bpr << " rows " << n_rows;
-        // The twin against ggml's own dequantizer (ops/ggml_quants.h).
-        std::vector<float> deq(n_blocks * 32);
-        ASSERT_TRUE(DequantizeRow(GgmlType::kQ4_0, blocks.data(), deq.data(), deq.size()).ok());
-        for (size_t i = 0; i < deq.size(); ++i) {
-          const size_t r = i / (32 * bpr), g = i / 32 % bpr;
-          ASSERT_LE(codes_ref[i], 15);
-          // Exact: a 4-bit integer times an fp16 scale with 6 significant bits here.
-          ASSERT_EQ(static_cast<float>(codes_ref[i]) * scale_ref[g * ld + r] + min_ref[g * ld + r],
-                    deq[i])
-              << i;
-        }
-      }
-    }
-  }
-  hwy::SetSupportedTargetsForTest(0);
-}
-
 }  // namespace
 }  // namespace kvpack

@@ -185,5 +185,67 @@ TEST(TokenRowScores, EqualTheTwinOnEveryTarget) {
   if (fast_runs == 0) GTEST_SKIP() << "no AVX512-VNNI: only the general path was compared";
 }
 
+// q4_0 plane rows: 32-channel groups with scale s and min -8 s. The fast path (d = 64 with
+// AVX512-VNNI) equals the twin bit for bit (the same integers and the same float steps); the
+// general path (other head sizes and targets) too where the target has FMA, and within one
+// rounding of each multiply-add's terms elsewhere. Scales of both signs (ggml's d is the
+// block's max-by-magnitude / -8), row counts around the 16-row steps, passes of 1 to 4 queries.
+TEST(Q4_0RowScores, EqualTheTwinOnEveryTarget) {
+  int fast_runs = 0;
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::mt19937 rng(23);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    for (size_t d : {32, 64, 96, 128}) {
+      const size_t ng = d / 32;
+      fast_runs += HasFastQ4_0Scores(d);
+      for (size_t n_rows : {1, 5, 16, 17, 40, 100}) {
+        for (size_t n_q : {1, 2, 3, 4, 5, 9}) {
+          std::vector<uint8_t> codes(n_rows * d / 2);
+          for (auto& b : codes) b = static_cast<uint8_t>(rng());
+          std::vector<uint16_t> scales(n_rows * ng);
+          for (auto& x : scales) x = Fp32ToFp16(g(rng) * 0.1f);
+          std::vector<int8_t> q8(n_q * d);
+          for (auto& x : q8) x = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+          std::vector<float> alpha(n_q), qsum(n_q * ng);
+          for (auto& x : alpha) x = std::fabs(g(rng)) * 0.01f;
+          for (auto& x : qsum) x = g(rng) * 4.0f;
+          const size_t ld = n_rows + 3;
+          std::vector<float> fast(n_q * ld, -5.0f), ref(n_q * ld, -5.0f);
+          ScoreQ4_0RowsI8(codes.data(), scales.data(), n_rows, d, q8.data(), alpha.data(),
+                          qsum.data(), n_q, fast.data(), ld);
+          ScoreQ4_0RowsI8Ref(codes.data(), scales.data(), n_rows, d, q8.data(), alpha.data(),
+                             qsum.data(), n_q, ref.data(), ld);
+          if (HasFastQ4_0Scores(d)) {
+            ASSERT_EQ(fast, ref) << hwy::TargetName(target) << " d " << d << " rows " << n_rows
+                                 << " n_q " << n_q;
+          }
+          for (size_t i = 0; i < n_q; ++i) {
+            for (size_t r = 0; r < ld; ++r) {
+              const size_t x = i * ld + r;
+              if (r >= n_rows) {
+                ASSERT_EQ(fast[x], -5.0f);
+                continue;
+              }
+              double terms = 0.0;  // the magnitudes of every product the sum adds
+              for (size_t k = 0; k < ng; ++k) {
+                const double s = std::fabs(Fp16ToFp32(scales[r * ng + k]));
+                terms += s * (alpha[i] * 15.0 * 127.0 * 32.0 + 8.0 * std::fabs(qsum[i * ng + k]));
+              }
+              ASSERT_LE(std::fabs(fast[x] - ref[x]), std::ldexp(terms, -21))
+                  << hwy::TargetName(target) << " d " << d << " rows " << n_rows;
+            }
+          }
+          if (n_rows > 1) {
+            EXPECT_NE(ref[0], ref[1]);  // not vacuous
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  if (fast_runs == 0) GTEST_SKIP() << "no AVX512-VNNI: only the general path was compared";
+}
+
 }  // namespace
 }  // namespace kvpack

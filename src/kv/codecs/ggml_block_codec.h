@@ -1,8 +1,9 @@
 // llama.cpp-compatible KV blocks `q8_0` and `q4_0` (METHODS.md 1.3): per token and head,
 // blocks of 32 consecutive channels with one fp16 scale d, symmetric codes (int8, or 4-bit
-// with an offset of 8), byte-for-byte ggml's block_q8_0 / block_q4_0 and their reference
-// quantizers (ops/ggml_quants.h), so results compare with llama.cpp's `-ctk q8_0` at equal
-// bits. head_dim must be a multiple of 32.
+// with an offset of 8), ggml's block_q8_0 / block_q4_0 and their reference quantizers
+// (ops/ggml_quants.h), so results compare with llama.cpp's `-ctk q8_0` at equal bits. q8_0
+// is stored byte-for-byte as ggml's blocks; q4_0 as the same blocks split into a code plane
+// and a scale plane (kv/codecs/q4_0_codec.h). head_dim must be a multiple of 32.
 #ifndef KVPACK_KV_CODECS_GGML_BLOCK_CODEC_H_
 #define KVPACK_KV_CODECS_GGML_BLOCK_CODEC_H_
 
