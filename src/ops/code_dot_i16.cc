@@ -161,6 +161,12 @@ KVPACK_VNNI_ATTR void ChunkI16(const int16_t* wq, size_t ldq, size_t ng, size_t 
       // than with the unpacking pass it replaces (whose stream loop prefetches).
       _mm_prefetch(reinterpret_cast<const char*>(codes + k * row_stride + c_byte + 4096),
                    _MM_HINT_T0);
+      // Rows wider than a line (a window of KCVT's all-head rows): the second row's window
+      // lies in another line, which the stride of two rows would otherwise skip.
+      if (row_stride >= 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(codes + (k + 1) * row_stride + c_byte + 4096),
+                     _MM_HINT_T0);
+      }
     }
     const __m512i r0 = _mm512_maskz_loadu_epi8(live, codes + k * row_stride + c_byte);
     const __m512i r1 = k + 1 < n_rows

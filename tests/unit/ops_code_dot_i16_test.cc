@@ -143,7 +143,8 @@ TEST(CodeDotI16, PackedRowsMatchTheTwinOnEveryTarget) {
 // sum, within m u sum |p min| (u = 2^-24) plus the final rounding. Tiles of 1..64 rows (the
 // parameter loads of a last, partial block of 16 rows are masked: the params vector ends
 // with the tile), 1, 2 and 4 groups per row (fused) and 3 (the composed fallback), whole rows
-// and windows, a query row of zeros (all weights 0).
+// and windows (also one head's 64 channels of a 192-channel row with one group, as KCVT's
+// values are read), a query row of zeros (all weights 0).
 TEST(CodeDotI16, FusedPackedTileMatchesTheTwinOnEveryTarget) {
   bool saw_fused = false;
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
@@ -151,12 +152,13 @@ TEST(CodeDotI16, FusedPackedTileMatchesTheTwinOnEveryTarget) {
     std::mt19937 rng(9);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     for (int bits : {2, 4}) {
+      // {192, 192}: KCVT's value rows, one group over three heads, read one head at a time.
       for (auto [row_len, group] : {std::pair<size_t, size_t>{64, 64}, {64, 32}, {64, 16},
-                                    {128, 32}, {96, 32}}) {
+                                    {128, 32}, {96, 32}, {192, 192}}) {
         const size_t n_groups = row_len / group, row_bytes = row_len * bits / 8;
-        for (size_t first : {size_t{0}, group}) {
-          const size_t d = row_len - first;
-          if (d == 0) continue;
+        for (size_t first : {size_t{0}, group, size_t{64}}) {
+          if (first >= row_len || (first == 64 && group == 64)) continue;
+          const size_t d = row_len == 192 ? 64 : row_len - first;
           const size_t g0 = first / group, ng = n_groups - g0;
           for (size_t n_rows : {1, 2, 15, 16, 17, 40, 63, 64}) {
             saw_fused = saw_fused || HasFusedPackedValueKernel(bits, d, first, group, n_groups, n_rows);

@@ -412,7 +412,7 @@ void TokenGroupRows::Accumulate(int64_t r0, const int64_t* rows, int64_t n_sel, 
   // Consecutive whole rows with the int16 kernel: the codes are read from the packed rows.
   // (A window of a row spanning heads, KCVT's values, measured 50% slower this way on a cache
   // read from memory: every head's pass then streams every row; those keep the unpacking.)
-  const bool packed = rows == nullptr && c0 == 0 && n == row_len_ && UseIntegerValues(bits_) &&
+  const bool packed = rows == nullptr && UseIntegerValues(bits_) &&
                       HasPackedInt16ValueKernel(bits_, n, c0, group_);
   for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
     const int64_t k1 = std::min(n_sel, k0 + kTileRows), m = k1 - k0;
