@@ -105,14 +105,17 @@ KVPACK_BLOCK_INLINE __m512i PairSums(__m512i a, __m512i b) {
                           _mm512_permutex2var_epi32(a, odd, b));
 }
 
-// d = 64: W = 2 * bits 32-bit lanes per row, 16 / W rows per 64-byte vector, k = 8 / bits
-// codes per byte. The query of (i, s) repeated over the vector as packed_dot_i8.cc reads it.
-template <int kBits>
-struct Shape64 {
-  static constexpr int kW = 2 * kBits;
+// d = kD channels of kBits-bit codes: W = kD * kBits / 32 32-bit lanes per row, 64 / kRowBytes
+// rows per 64-byte vector, k = 8 / kBits codes per byte. The query of (i, s) repeated over the
+// vector as packed_dot_i8.cc reads it.
+template <int kD, int kBits>
+struct RowShape {
+  static constexpr int kW = kD * kBits / 32;
   static constexpr int kK = 8 / kBits;
-  static constexpr size_t kRowBytes = 8 * kBits;
+  static constexpr size_t kRowBytes = kD * kBits / 8;
 };
+template <int kBits>
+using Shape64 = RowShape<64, kBits>;
 
 // A 64-byte int8 query row in packed order (ArrangeQueryForPacked at d = 64, as
 // packed_dot_i8.cc's ArrangeQuery64 does it).
@@ -169,19 +172,21 @@ KVPACK_BLOCK_INLINE void ArrangedQuery(const float* x, const __m512 (&sc)[4],
   _mm512_store_si512(qp, Arranged<kBits>(q8));
 }
 
-// The arranged query's segment s (64 / k bytes) repeated over a vector, as packed_dot_i8.cc
-// reads it: lane u holds dword u % W of the segment.
-template <int kBits>
-KVPACK_BLOCK_INLINE void BroadcastSegments(const int8_t* qp, __m512i (&qv)[Shape64<kBits>::kK]) {
-  if constexpr (kBits == 2) {
+// The arranged query's segment s (d / k bytes: one row's worth) repeated over a vector, as
+// packed_dot_i8.cc reads it: lane u holds dword u % W of the segment.
+template <int kD, int kBits>
+KVPACK_BLOCK_INLINE void BroadcastSegments(const int8_t* qp, __m512i (&qv)[8 / kBits]) {
+  constexpr size_t kSeg = RowShape<kD, kBits>::kRowBytes;
+  static_assert(kSeg == 16 || kSeg == 32 || kSeg == 64);
 #pragma GCC unroll 4
-    for (int s = 0; s < 4; ++s) {
-      qv[s] = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(qp + 16 * s)));
-    }
-  } else {
-#pragma GCC unroll 2
-    for (int s = 0; s < 2; ++s) {
-      qv[s] = _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(qp + 32 * s)));
+  for (int s = 0; s < 8 / kBits; ++s) {
+    const int8_t* seg = qp + kSeg * s;
+    if constexpr (kSeg == 16) {
+      qv[s] = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(seg)));
+    } else if constexpr (kSeg == 32) {
+      qv[s] = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(seg)));
+    } else {
+      qv[s] = _mm512_loadu_si512(seg);
     }
   }
 }
@@ -190,7 +195,7 @@ KVPACK_BLOCK_INLINE void BroadcastSegments(const int8_t* qp, __m512i (&qv)[Shape
 // exist (packed_dot_i8.cc's BlockDotTree). kTail: only the first `bytes` bytes are rows.
 template <int kBits, int NQ, int Z0, int N, bool kTail>
 KVPACK_BLOCK_INLINE void Tree(const uint8_t* block, size_t bytes,
-                              const __m512i (&qv)[NQ][Shape64<kBits>::kK], __m512i (&out)[NQ]) {
+                              const __m512i (&qv)[NQ][8 / kBits], __m512i (&out)[NQ]) {
   if constexpr (N == 1) {
     __m512i raw;
     if constexpr (kTail) {
@@ -205,7 +210,7 @@ KVPACK_BLOCK_INLINE void Tree(const uint8_t* block, size_t bytes,
 #pragma GCC unroll 8
     for (int i = 0; i < NQ; ++i) out[i] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-    for (int s = 0; s < Shape64<kBits>::kK; ++s) {
+    for (int s = 0; s < 8 / kBits; ++s) {
       // Byte j of lane m: the code of channel 4 k m + k j + s.
       const __m512i codes =
           _mm512_and_si512(_mm512_srl_epi16(raw, _mm_cvtsi32_si128(kBits * s)), mask);
@@ -262,7 +267,7 @@ KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
     for (size_t j = 0; j < jn; ++j) {
       __m512i qv[NQ][S::kK];
 #pragma GCC unroll 8
-      for (int i = 0; i < NQ; ++i) BroadcastSegments<kBits>(qp[j][i], qv[i]);
+      for (int i = 0; i < NQ; ++i) BroadcastSegments<64, kBits>(qp[j][i], qv[i]);
       const size_t r0 = static_cast<size_t>(starts[j0 + j]);
       const size_t r1 = static_cast<size_t>(starts[j0 + j + 1]);
       size_t t0 = r0;
@@ -328,143 +333,135 @@ KVPACK_BLOCK_ATTR void ScoreBlocks64(const uint8_t* rows, const uint16_t* params
       break;
   }
 }
-// Query rows [0, NQ) against consecutive rows with one (scale, min) pair each: per 16 rows the
-// tree of dots, the 16 pairs (one 64-byte load: scale in the low half of each dword, min in
-// the high half) and CombineCodeDots' arithmetic.
-template <int kBits, int NQ>
+// How a token row's group parameters are stored: fp16 (scale, min) pairs, [n_rows, groups, 2]
+// (FlexGen, HF), or q4_0's plane of fp16 scales, [n_rows, 2], with min = -8 scale.
+enum class RowParams { kPairs, kQ4_0Scales };
+
+// The parameters of 16 rows from t0 (of which `live` exist) as float vectors by group.
+template <int kGroups, RowParams kParams>
+KVPACK_BLOCK_INLINE void LoadRowParams(const uint16_t* params, size_t t0, __mmask16 live,
+                                       __m512 (&sc)[kGroups], __m512 (&mn)[kGroups]) {
+  if constexpr (kParams == RowParams::kQ4_0Scales) {
+    static_assert(kGroups == 2);
+    // Row r's word: group 0's scale in the low half, group 1's in the high half.
+    const __m512i words = _mm512_maskz_loadu_epi32(live, params + 2 * t0);
+    sc[0] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
+    sc[1] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, 16)));
+    mn[0] = _mm512_mul_ps(sc[0], _mm512_set1_ps(-8.0f));
+    mn[1] = _mm512_mul_ps(sc[1], _mm512_set1_ps(-8.0f));
+  } else {
+    // Per row and group one word: scale in the low half, min in the high half.
+    __m512i words[kGroups];
+    if constexpr (kGroups == 1) {
+      words[0] = _mm512_maskz_loadu_epi32(live, params + 2 * t0);
+    } else {
+      static_assert(kGroups == 2);
+      // Rows are a prefix: rows 0-7 are words 0-15, rows 8-15 words 16-31.
+      const int n = __builtin_popcount(live);
+      const __mmask16 lo_live = static_cast<__mmask16>((1u << (2 * std::min(n, 8))) - 1);
+      const __mmask16 hi_live = static_cast<__mmask16>((1u << (2 * std::max(n - 8, 0))) - 1);
+      const __m512i a = _mm512_maskz_loadu_epi32(lo_live, params + 4 * t0);       // rows 0-7
+      const __m512i b = _mm512_maskz_loadu_epi32(hi_live, params + 4 * t0 + 32);  // rows 8-15
+      const __m512i even =
+          _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+      const __m512i odd =
+          _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+      words[0] = _mm512_permutex2var_epi32(a, even, b);
+      words[1] = _mm512_permutex2var_epi32(a, odd, b);
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < kGroups; ++g) {
+      sc[g] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words[g]));
+      mn[g] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words[g], 16)));
+    }
+  }
+}
+
+// Query rows [0, NQ) (arranged, qp [NQ, kD]) against consecutive rows with kGroups (1 or 2)
+// groups each. Per 16 rows the dot tree of packed_dot_i8.cc; with two groups it stops one
+// level early, where lanes (2r, 2r + 1) of the rows 0-7 and 8-15 halves hold row r's sums over
+// the first and the second half of its lanes (each half of a row's lanes is one group), and
+// one even/odd permutation of the halves gives each group's 16 row sums apart. Then
+// CombineCodeDots' arithmetic, group by group:
+//   acc = 0; for g: acc = fma(alpha_i * scale_g, dot_g, acc); acc = fma(min_g, qsum_ig, acc).
+template <int kD, int kBits, int NQ, int kGroups, RowParams kParams>
 KVPACK_BLOCK_ATTR void TokenRowsPass(const uint8_t* rows, size_t n_rows, const uint16_t* params,
-                                     const int8_t* q8, const float* alpha, const float* qsum,
+                                     const int8_t* qp, const float* alpha, const float* qsum,
                                      float* scores, size_t ld) {
-  using S = Shape64<kBits>;
-  alignas(64) int8_t qp[NQ][64];
+  using S = RowShape<kD, kBits>;
+  static_assert(kGroups == 1 || kGroups == 2);
   __m512i qv[NQ][S::kK];
 #pragma GCC unroll 8
-  for (int i = 0; i < NQ; ++i) {
-    _mm512_store_si512(qp[i], Arranged<kBits>(_mm512_loadu_si512(q8 + 64 * i)));
-    BroadcastSegments<kBits>(qp[i], qv[i]);
-  }
+  for (int i = 0; i < NQ; ++i) BroadcastSegments<kD, kBits>(qp + kD * i, qv[i]);
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
   for (size_t t0 = 0; t0 < n_rows; t0 += 16) {
     const size_t left = std::min<size_t>(16, n_rows - t0);
     const uint8_t* block = rows + t0 * S::kRowBytes;
     const __mmask16 live = static_cast<__mmask16>((1u << left) - 1);
-    __m512i acc[NQ];
-    if (left == 16) {
-#pragma GCC unroll 8
-      for (int z = 0; z < S::kW; ++z) {
-        _mm_prefetch(reinterpret_cast<const char*>(block + 64 * z + kPrefetchBytes),
-                     _MM_HINT_T0);
+    const size_t bytes = left * S::kRowBytes;
+    __m512 dot[NQ][kGroups];
+    if constexpr (kGroups == 1) {
+      __m512i acc[NQ];
+      if (left == 16) {
+#pragma GCC unroll 16
+        for (int z = 0; z < S::kW; ++z) {
+          _mm_prefetch(reinterpret_cast<const char*>(block + 64 * z + kPrefetchBytes),
+                       _MM_HINT_T0);
+        }
+        Tree<kBits, NQ, 0, S::kW, false>(block, 0, qv, acc);
+      } else {
+        Tree<kBits, NQ, 0, S::kW, true>(block, bytes, qv, acc);
       }
-      Tree<kBits, NQ, 0, S::kW, false>(block, 0, qv, acc);
+#pragma GCC unroll 8
+      for (int i = 0; i < NQ; ++i) dot[i][0] = _mm512_cvtepi32_ps(acc[i]);
     } else {
-      Tree<kBits, NQ, 0, S::kW, true>(block, left * S::kRowBytes, qv, acc);
-    }
-    const __m512i pairs = _mm512_maskz_loadu_epi32(live, params + 2 * t0);
-    const __m512 sc = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(pairs));
-    const __m512 mn = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(pairs, 16)));
-#pragma GCC unroll 8
-    for (int i = 0; i < NQ; ++i) {
-      const __m512 s = _mm512_mul_ps(_mm512_set1_ps(alpha[i]), sc);
-      const __m512 v = _mm512_fmadd_ps(mn, _mm512_set1_ps(qsum[i]),
-                                       _mm512_mul_ps(s, _mm512_cvtepi32_ps(acc[i])));
-      _mm512_mask_storeu_ps(scores + i * ld + t0, live, v);
-    }
-  }
-}
-
-template <int kBits>
-KVPACK_BLOCK_ATTR void ScoreTokenRows64(const uint8_t* rows, size_t n_rows,
-                                        const uint16_t* params, const int8_t* q8,
-                                        const float* alpha, const float* qsum, size_t n_q,
-                                        float* scores, size_t ld) {
-  constexpr int kMaxQ = kBits == 2 ? 3 : 4;
-  size_t i = 0;
-  for (; i + kMaxQ <= n_q; i += kMaxQ) {
-    TokenRowsPass<kBits, kMaxQ>(rows, n_rows, params, q8 + 64 * i, alpha + i, qsum + i,
-                                scores + i * ld, ld);
-  }
-  switch (n_q - i) {
-    case 3:
-      if constexpr (kMaxQ > 3) {
-        TokenRowsPass<kBits, 3>(rows, n_rows, params, q8 + 64 * i, alpha + i, qsum + i,
-                                scores + i * ld, ld);
+      __m512i lo[NQ], hi[NQ];  // rows 0-7 and 8-15, (group 0, group 1) per row
+      if (left == 16) {
+#pragma GCC unroll 16
+        for (int z = 0; z < S::kW; ++z) {
+          _mm_prefetch(reinterpret_cast<const char*>(block + 64 * z + kPrefetchBytes),
+                       _MM_HINT_T0);
+        }
+        Tree<kBits, NQ, 0, S::kW / 2, false>(block, 0, qv, lo);
+        Tree<kBits, NQ, S::kW / 2, S::kW / 2, false>(block, 0, qv, hi);
+      } else {
+        Tree<kBits, NQ, 0, S::kW / 2, true>(block, bytes, qv, lo);
+        Tree<kBits, NQ, S::kW / 2, S::kW / 2, true>(block, bytes, qv, hi);
       }
-      break;
-    case 2:
-      TokenRowsPass<kBits, 2>(rows, n_rows, params, q8 + 64 * i, alpha + i, qsum + i,
-                              scores + i * ld, ld);
-      break;
-    case 1:
-      TokenRowsPass<kBits, 1>(rows, n_rows, params, q8 + 64 * i, alpha + i, qsum + i,
-                              scores + i * ld, ld);
-      break;
-    default:
-      break;
-  }
-}
-
-// Query rows [0, NQ) against consecutive q4_0 plane rows (d = 64: 32 bytes, two groups of 32
-// channels). The tree of ScoreTokenRowsI8 over rows 0-7 and rows 8-15 stops one level early:
-// lanes (2r, 2r + 1) hold row r's sums over channels 0-31 and 32-63 (lane m of a packed row
-// covers channels 8m .. 8m + 7), and one even/odd permutation of the two halves gives each
-// group's 16 row sums apart. The 16 rows' scales are one 64-byte load (row r's word: group 0
-// in the low half, group 1 in the high half). Then CombineCodeDots' steps with min = -8 s.
-template <int NQ>
-KVPACK_BLOCK_ATTR void Q4_0RowsPass(const uint8_t* codes, size_t n_rows, const uint16_t* scales,
-                                    const int8_t* q8, const float* alpha, const float* qsum,
-                                    float* scores, size_t ld) {
-  using S = Shape64<4>;
-  alignas(64) int8_t qp[NQ][64];
-  __m512i qv[NQ][S::kK];
 #pragma GCC unroll 8
-  for (int i = 0; i < NQ; ++i) {
-    _mm512_store_si512(qp[i], Arranged<4>(_mm512_loadu_si512(q8 + 64 * i)));
-    BroadcastSegments<4>(qp[i], qv[i]);
-  }
-  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-  const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-  const __m512 minus8 = _mm512_set1_ps(-8.0f);
-  for (size_t t0 = 0; t0 < n_rows; t0 += 16) {
-    const size_t left = std::min<size_t>(16, n_rows - t0);
-    const uint8_t* block = codes + t0 * S::kRowBytes;
-    const __mmask16 live = static_cast<__mmask16>((1u << left) - 1);
-    __m512i lo[NQ], hi[NQ];  // rows 0-7 and 8-15, (group 0, group 1) per row
-    if (left == 16) {
-#pragma GCC unroll 8
-      for (int z = 0; z < S::kW; ++z) {
-        _mm_prefetch(reinterpret_cast<const char*>(block + 64 * z + kPrefetchBytes),
-                     _MM_HINT_T0);
+      for (int i = 0; i < NQ; ++i) {
+        dot[i][0] = _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo[i], even, hi[i]));
+        dot[i][1] = _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo[i], odd, hi[i]));
       }
-      Tree<4, NQ, 0, S::kW / 2, false>(block, 0, qv, lo);
-      Tree<4, NQ, S::kW / 2, S::kW / 2, false>(block, 0, qv, hi);
-    } else {
-      Tree<4, NQ, 0, S::kW / 2, true>(block, left * S::kRowBytes, qv, lo);
-      Tree<4, NQ, S::kW / 2, S::kW / 2, true>(block, left * S::kRowBytes, qv, hi);
     }
-    const __m512i words = _mm512_maskz_loadu_epi32(live, scales + 2 * t0);
-    const __m512 s0 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
-    const __m512 s1 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, 16)));
-    const __m512 m0 = _mm512_mul_ps(s0, minus8), m1 = _mm512_mul_ps(s1, minus8);
+    __m512 sc[kGroups], mn[kGroups];
+    LoadRowParams<kGroups, kParams>(params, t0, live, sc, mn);
 #pragma GCC unroll 8
     for (int i = 0; i < NQ; ++i) {
       const __m512 a = _mm512_set1_ps(alpha[i]);
-      const __m512 d0 = _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo[i], even, hi[i]));
-      const __m512 d1 = _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo[i], odd, hi[i]));
-      __m512 acc = _mm512_mul_ps(_mm512_mul_ps(a, s0), d0);
-      acc = _mm512_fmadd_ps(m0, _mm512_set1_ps(qsum[2 * i]), acc);
-      acc = _mm512_fmadd_ps(_mm512_mul_ps(a, s1), d1, acc);
-      acc = _mm512_fmadd_ps(m1, _mm512_set1_ps(qsum[2 * i + 1]), acc);
+      __m512 acc = _mm512_mul_ps(_mm512_mul_ps(a, sc[0]), dot[i][0]);
+      acc = _mm512_fmadd_ps(mn[0], _mm512_set1_ps(qsum[kGroups * i]), acc);
+      if constexpr (kGroups == 2) {
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(a, sc[1]), dot[i][1], acc);
+        acc = _mm512_fmadd_ps(mn[1], _mm512_set1_ps(qsum[kGroups * i + 1]), acc);
+      }
       _mm512_mask_storeu_ps(scores + i * ld + t0, live, acc);
     }
   }
 }
 
-KVPACK_BLOCK_ATTR void ScoreQ4_0Rows64(const uint8_t* codes, size_t n_rows,
-                                       const uint16_t* scales, const int8_t* q8,
-                                       const float* alpha, const float* qsum, size_t n_q,
-                                       float* scores, size_t ld) {
-  ForEachQueryChunk<4>(n_q, [&](auto m, size_t i) {
-    Q4_0RowsPass<m>(codes, n_rows, scales, q8 + 64 * i, alpha + i, qsum + 2 * i,
-                    scores + i * ld, ld);
+// Query rows in passes of at most kMaxQ (the tree's accumulators, about log2 W + 1 per query,
+// and the k query vectors per query within the 32 registers).
+template <int kD, int kBits, int kGroups, RowParams kParams>
+KVPACK_BLOCK_ATTR void ScoreTokenRowsFast(const uint8_t* rows, size_t n_rows,
+                                          const uint16_t* params, const int8_t* qp,
+                                          const float* alpha, const float* qsum, size_t n_q,
+                                          float* scores, size_t ld) {
+  constexpr size_t kMaxQ = kBits == 2 || kD == 128 ? 3 : 4;
+  ForEachQueryChunk<kMaxQ>(n_q, [&](auto m, size_t i) {
+    TokenRowsPass<kD, kBits, m, kGroups, kParams>(rows, n_rows, params, qp + kD * i, alpha + i,
+                                                  qsum + kGroups * i, scores + i * ld, ld);
   });
 }
 #pragma GCC diagnostic pop
@@ -509,39 +506,163 @@ void ScoreChannelBlocksI8(const uint8_t* rows, size_t row_bytes, size_t d, int b
   }
 }
 
+bool HasFastTokenRowScores(size_t row_bytes, size_t d, int bits, size_t n_groups) {
+#if KVPACK_HAVE_BLOCK_KERNEL
+  return (d == 64 || d == 128) && (bits == 2 || bits == 4) &&
+         row_bytes == d * static_cast<size_t>(bits) / 8 && (n_groups == 1 || n_groups == 2) &&
+         CpuHasBlockKernel() && CodeKernelsUseAvx512();
+#else
+  (void)row_bytes;
+  (void)d;
+  (void)bits;
+  (void)n_groups;
+  return false;
+#endif
+}
+
+namespace {
+
+#if KVPACK_HAVE_BLOCK_KERNEL
+// The single-pass kernel for a shape HasFastTokenRowScores accepts (q4_0: d = 64, 4 bits,
+// two groups). The query is arranged once per call (ArrangeQueryForPacked).
+template <RowParams kParams>
+void ScoreTokenRowsDispatch(const uint8_t* rows, size_t n_rows, size_t d, int bits,
+                            size_t n_groups, const uint16_t* params, const int8_t* q8,
+                            const float* alpha, const float* qsum, size_t n_q, float* scores,
+                            size_t ld) {
+  thread_local std::vector<int8_t> qp;
+  qp.resize(n_q * d + 64);
+  ArrangeQueryForPacked(q8, n_q, d, bits, qp.data());
+  const auto run = [&](auto kd, auto kbits, auto kgroups) {
+    ScoreTokenRowsFast<decltype(kd)::value, decltype(kbits)::value, decltype(kgroups)::value,
+                       kParams>(rows, n_rows, params, qp.data(), alpha, qsum, n_q, scores, ld);
+  };
+  using I64 = std::integral_constant<int, 64>;
+  using I128 = std::integral_constant<int, 128>;
+  using B2 = std::integral_constant<int, 2>;
+  using B4 = std::integral_constant<int, 4>;
+  using G1 = std::integral_constant<int, 1>;
+  using G2 = std::integral_constant<int, 2>;
+  if constexpr (kParams == RowParams::kQ4_0Scales) {
+    run(I64{}, B4{}, G2{});
+  } else {
+    const int key = (d == 128) * 4 + (bits == 4) * 2 + (n_groups == 2);
+    switch (key) {
+      case 0: run(I64{}, B2{}, G1{}); break;
+      case 1: run(I64{}, B2{}, G2{}); break;
+      case 2: run(I64{}, B4{}, G1{}); break;
+      case 3: run(I64{}, B4{}, G2{}); break;
+      case 4: run(I128{}, B2{}, G1{}); break;
+      case 5: run(I128{}, B2{}, G2{}); break;
+      case 6: run(I128{}, B4{}, G1{}); break;
+      default: run(I128{}, B4{}, G2{}); break;
+    }
+  }
+}
+#endif
+
+// The general path for rows with several groups: a tile of kTile rows at a time, the codes
+// unpacked to bytes, the parameters as float planes by group (fill(k0, m, scale, min, ld)),
+// then the general integer dots and CombineCodeDots.
+template <class FillParams>
+void ScoreGroupedRowsGeneral(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,
+                             int bits, size_t n_groups, const int8_t* q8, const float* alpha,
+                             const float* qsum, size_t n_q, float* scores, size_t ld,
+                             FillParams fill) {
+  constexpr size_t kTile = 64;
+  thread_local std::vector<uint8_t> tile;
+  thread_local std::vector<float> scale, min;
+  thread_local std::vector<int32_t> dots;
+  tile.resize(kTile * d);
+  scale.resize(n_groups * kTile);
+  min.resize(n_groups * kTile);
+  dots.resize(n_q * n_groups * kTile);
+  for (size_t k0 = 0; k0 < n_rows; k0 += kTile) {
+    const size_t m = std::min(kTile, n_rows - k0);
+    UnpackCodeRows(rows + k0 * row_bytes, nullptr, m, row_bytes, 0, d, bits, tile.data());
+    fill(k0, m, scale.data(), min.data(), kTile);
+    DotCodeRowsI8(tile.data(), m, d, d, d / n_groups, q8, n_q, dots.data(), kTile);
+    CombineCodeDots(dots.data(), scale.data(), min.data(), kTile, m, n_q, n_groups, alpha, qsum,
+                    scores + k0, ld);
+  }
+}
+
+// Code c of a packed LSB-first row, read bit by bit (the twins' definition).
+int CodeAt(const uint8_t* row, size_t c, int bits) {
+  int code = 0;
+  for (int b = 0; b < bits; ++b) {
+    const size_t bit = c * bits + b;
+    code |= ((row[bit / 8] >> (bit % 8)) & 1) << b;
+  }
+  return code;
+}
+
+// The twins' arithmetic: exact group dots, then CombineCodeDots' steps in float.
+template <class Param>
+void ScoreGroupedRowsRef(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,
+                         int bits, size_t n_groups, Param param, const int8_t* q8,
+                         const float* alpha, const float* qsum, size_t n_q, float* scores,
+                         size_t ld) {
+  const size_t group = d / n_groups;
+  for (size_t i = 0; i < n_q; ++i) {
+    for (size_t r = 0; r < n_rows; ++r) {
+      float acc = 0.0f;
+      for (size_t g = 0; g < n_groups; ++g) {
+        int32_t dot = 0;
+        for (size_t c = g * group; c < (g + 1) * group; ++c) {
+          dot += CodeAt(rows + r * row_bytes, c, bits) * q8[i * d + c];
+        }
+        float scale, min;
+        param(r, g, scale, min);
+        acc = std::fma(alpha[i] * scale, static_cast<float>(dot), acc);
+        acc = std::fma(min, qsum[i * n_groups + g], acc);
+      }
+      scores[i * ld + r] = acc;
+    }
+  }
+}
+
+}  // namespace
+
 void ScoreTokenRowsI8(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d, int bits,
-                      const uint16_t* params, const int8_t* q8, const float* alpha,
-                      const float* qsum, size_t n_q, float* scores, size_t ld) {
+                      size_t n_groups, const uint16_t* params, const int8_t* q8,
+                      const float* alpha, const float* qsum, size_t n_q, float* scores,
+                      size_t ld) {
   if (n_rows == 0 || n_q == 0) return;
 #if KVPACK_HAVE_BLOCK_KERNEL
-  if (HasFastPackedScores(row_bytes, d, bits)) {
-    if (bits == 2) {
-      ScoreTokenRows64<2>(rows, n_rows, params, q8, alpha, qsum, n_q, scores, ld);
-    } else {
-      ScoreTokenRows64<4>(rows, n_rows, params, q8, alpha, qsum, n_q, scores, ld);
-    }
+  if (HasFastTokenRowScores(row_bytes, d, bits, n_groups)) {
+    ScoreTokenRowsDispatch<RowParams::kPairs>(rows, n_rows, d, bits, n_groups, params, q8, alpha,
+                                              qsum, n_q, scores, ld);
     return;
   }
 #endif
-  ScoreTokenRowsGeneral(rows, n_rows, row_bytes, d, bits, params, q8, alpha, qsum, n_q, scores,
-                        ld);
+  if (n_groups == 1) {
+    ScoreTokenRowsGeneral(rows, n_rows, row_bytes, d, bits, params, q8, alpha, qsum, n_q, scores,
+                          ld);
+    return;
+  }
+  ScoreGroupedRowsGeneral(rows, n_rows, row_bytes, d, bits, n_groups, q8, alpha, qsum, n_q,
+                          scores, ld,
+                          [&](size_t k0, size_t m, float* scale, float* min, size_t lds) {
+                            SplitGroupParams(params + k0 * 2 * n_groups, m, n_groups, 0,
+                                             n_groups, scale, min, lds);
+                          });
 }
 
 void ScoreTokenRowsI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,
-                         int bits, const uint16_t* params, const int8_t* q8, const float* alpha,
-                         const float* qsum, size_t n_q, float* scores, size_t ld) {
-  std::vector<int32_t> dots(n_q * n_rows);
-  DotPackedRowsI8Ref(rows, n_rows, row_bytes, d, bits, q8, n_q, dots.data(), n_rows);
-  for (size_t i = 0; i < n_q; ++i) {
-    for (size_t r = 0; r < n_rows; ++r) {
-      const float s = alpha[i] * Fp16ToFp32(params[2 * r]);
-      const float a = s * static_cast<float>(dots[i * n_rows + r]);
-      scores[i * ld + r] = std::fma(Fp16ToFp32(params[2 * r + 1]), qsum[i], a);
-    }
-  }
+                         int bits, size_t n_groups, const uint16_t* params, const int8_t* q8,
+                         const float* alpha, const float* qsum, size_t n_q, float* scores,
+                         size_t ld) {
+  ScoreGroupedRowsRef(
+      rows, n_rows, row_bytes, d, bits, n_groups,
+      [&](size_t r, size_t g, float& scale, float& min) {
+        scale = Fp16ToFp32(params[(r * n_groups + g) * 2]);
+        min = Fp16ToFp32(params[(r * n_groups + g) * 2 + 1]);
+      },
+      q8, alpha, qsum, n_q, scores, ld);
 }
 
-bool HasFastQ4_0Scores(size_t d) { return HasFastPackedScores(32, d, 4); }
+bool HasFastQ4_0Scores(size_t d) { return d == 64 && HasFastTokenRowScores(32, 64, 4, 2); }
 
 void ScoreQ4_0RowsI8(const uint8_t* codes, const uint16_t* scales, size_t n_rows, size_t d,
                      const int8_t* q8, const float* alpha, const float* qsum, size_t n_q,
@@ -549,57 +670,34 @@ void ScoreQ4_0RowsI8(const uint8_t* codes, const uint16_t* scales, size_t n_rows
   if (n_rows == 0 || n_q == 0) return;
 #if KVPACK_HAVE_BLOCK_KERNEL
   if (HasFastQ4_0Scores(d)) {
-    ScoreQ4_0Rows64(codes, n_rows, scales, q8, alpha, qsum, n_q, scores, ld);
+    ScoreTokenRowsDispatch<RowParams::kQ4_0Scales>(codes, n_rows, d, 4, 2, scales, q8, alpha,
+                                                   qsum, n_q, scores, ld);
     return;
   }
 #endif
-  // The general path, a tile of kTile rows at a time: codes unpacked to bytes, the scales as
-  // float planes by group (min = -8 s), then the general integer dots and combination.
-  constexpr size_t kTile = 64;
-  const size_t ng = d / 32, row_bytes = d / 2;
-  thread_local std::vector<uint8_t> tile;
-  thread_local std::vector<float> scale, min;
-  thread_local std::vector<int32_t> dots;
-  tile.resize(kTile * d);
-  scale.resize(ng * kTile);
-  min.resize(ng * kTile);
-  dots.resize(n_q * ng * kTile);
-  for (size_t k0 = 0; k0 < n_rows; k0 += kTile) {
-    const size_t m = std::min(kTile, n_rows - k0);
-    UnpackCodeRows(codes + k0 * row_bytes, nullptr, m, row_bytes, 0, d, 4, tile.data());
-    for (size_t k = 0; k < m; ++k) {
-      for (size_t g = 0; g < ng; ++g) {
-        scale[g * kTile + k] = Fp16ToFp32(scales[(k0 + k) * ng + g]);
-        min[g * kTile + k] = -8.0f * scale[g * kTile + k];
-      }
-    }
-    DotCodeRowsI8(tile.data(), m, d, d, 32, q8, n_q, dots.data(), kTile);
-    CombineCodeDots(dots.data(), scale.data(), min.data(), kTile, m, n_q, ng, alpha, qsum,
-                    scores + k0, ld);
-  }
+  const size_t ng = d / 32;
+  ScoreGroupedRowsGeneral(codes, n_rows, d / 2, d, 4, ng, q8, alpha, qsum, n_q, scores, ld,
+                          [&](size_t k0, size_t m, float* scale, float* min, size_t lds) {
+                            for (size_t k = 0; k < m; ++k) {
+                              for (size_t g = 0; g < ng; ++g) {
+                                scale[g * lds + k] = Fp16ToFp32(scales[(k0 + k) * ng + g]);
+                                min[g * lds + k] = -8.0f * scale[g * lds + k];
+                              }
+                            }
+                          });
 }
 
 void ScoreQ4_0RowsI8Ref(const uint8_t* codes, const uint16_t* scales, size_t n_rows, size_t d,
                         const int8_t* q8, const float* alpha, const float* qsum, size_t n_q,
                         float* scores, size_t ld) {
-  const size_t ng = d / 32, row_bytes = d / 2;
-  for (size_t i = 0; i < n_q; ++i) {
-    for (size_t r = 0; r < n_rows; ++r) {
-      float acc = 0.0f;
-      for (size_t g = 0; g < ng; ++g) {
-        int32_t dot = 0;
-        for (size_t j = 0; j < 32; ++j) {
-          const size_t c = 32 * g + j;
-          const int code = (codes[r * row_bytes + c / 2] >> (4 * (c % 2))) & 15;
-          dot += code * q8[i * d + c];
-        }
-        const float s = Fp16ToFp32(scales[r * ng + g]);
-        acc = std::fma(alpha[i] * s, static_cast<float>(dot), acc);
-        acc = std::fma(-8.0f * s, qsum[i * ng + g], acc);
-      }
-      scores[i * ld + r] = acc;
-    }
-  }
+  const size_t ng = d / 32;
+  ScoreGroupedRowsRef(
+      codes, n_rows, d / 2, d, 4, ng,
+      [&](size_t r, size_t g, float& scale, float& min) {
+        scale = Fp16ToFp32(scales[r * ng + g]);
+        min = -8.0f * scale;
+      },
+      q8, alpha, qsum, n_q, scores, ld);
 }
 
 void ScoreChannelBlockI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,

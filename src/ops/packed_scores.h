@@ -10,7 +10,8 @@
 // their buffers) took about a quarter of KIVI's decode time; here the queries of 32 blocks
 // are prepared first (their reduction chains overlap), then the blocks' rows are read. On
 // CPUs with AVX512-VNNI one vpdpbusd adds four code x query products per 32-bit lane.
-// Non-goals: head sizes other than 64 and widths other than 2 and 4 bits on the fast path;
+// Non-goals: head sizes other than 64 (per-channel blocks) or 64 and 128 (token rows) and
+// widths other than 2 and 4 bits on the fast path;
 // every other case (and every other CPU) runs the general path of ops/code_dot_i8.h and
 // ops/packed_dot_i8.h, which computes the same q8, alpha and integer dots.
 #ifndef KVPACK_OPS_PACKED_SCORES_H_
@@ -39,21 +40,30 @@ void ScoreChannelBlocksI8(const uint8_t* rows, size_t row_bytes, size_t d, int b
 void ScoreChannelBlockI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,
                             int bits, const uint16_t* params, const float* q, size_t n_q, float* scores,
                             size_t ld);
-// Consecutive rows with one (scale, min) group each (FlexGen and HF per-token groups as wide
-// as the head), for a query already quantized by the caller (QuantizeI8: q8_i, alpha_i) with
-// qsum_i the sum of q_i:
-//   scores[i * ld + r] = fma(min_r, qsum_i, (alpha_i * scale_r) * (q8_i . code_r))
-// (CombineCodeDots' arithmetic, so either path gives the same floats).
-//   rows: [n_rows, row_bytes] packed codes (bits 2 or 4); params: [n_rows, 2] fp16 (scale,
-//   min) per row; q8: [n_q, d]; alpha, qsum: [n_q]; scores: [n_q, ld].
+// Consecutive rows with n_groups (scale, min) groups each, of d / n_groups channels (FlexGen
+// and HF per-token groups), for a query already quantized by the caller (QuantizeI8: q8_i,
+// alpha_i) with qsum[i * n_groups + g] the sum of q_i over group g: CombineCodeDots' sequence
+//   acc = 0; for g: acc = fma(alpha_i * scale_rg, q8_i . code_rg, acc);
+//                   acc = fma(min_rg, qsum_ig, acc);
+//   scores[i * ld + r] = acc   (with one group: fma(min_r, qsum_i, (alpha_i * scale_r) * dot)).
+//   rows: [n_rows, row_bytes] packed codes (bits 2 or 4); params: [n_rows, n_groups, 2] fp16
+//   (scale, min); q8: [n_q, d]; alpha: [n_q]; qsum: [n_q, n_groups]; scores: [n_q, ld].
+// Fast path (AVX512-VNNI; d 64 or 128; one or two groups; row_bytes = d * bits / 8): per 16
+// rows the packed-row dot tree, stopped one level early with two groups so that each row's
+// group sums come out apart; the rows' parameters in one or two 64-byte loads. Elsewhere the
+// general kernels (the same integers and floats where the target has FMA).
 void ScoreTokenRowsI8(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d, int bits,
-                      const uint16_t* params, const int8_t* q8, const float* alpha,
-                      const float* qsum, size_t n_q, float* scores, size_t ld);
-// Its scalar twin (DotPackedRowsI8Ref and the same float steps; bit-identical).
+                      size_t n_groups, const uint16_t* params, const int8_t* q8,
+                      const float* alpha, const float* qsum, size_t n_q, float* scores,
+                      size_t ld);
+// Its scalar twin (codes read bit by bit, exact dots, the same float steps; bit-identical).
 void ScoreTokenRowsI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,
-                         int bits, const uint16_t* params, const int8_t* q8, const float* alpha,
-                         const float* qsum, size_t n_q, float* scores, size_t ld);
-// Whether ScoreChannelBlocksI8 and ScoreTokenRowsI8 take its single-pass kernel for this shape on this CPU.
+                         int bits, size_t n_groups, const uint16_t* params, const int8_t* q8,
+                         const float* alpha, const float* qsum, size_t n_q, float* scores,
+                         size_t ld);
+// Whether ScoreTokenRowsI8 takes its single-pass kernel for this shape on this CPU.
+bool HasFastTokenRowScores(size_t row_bytes, size_t d, int bits, size_t n_groups);
+// Whether ScoreChannelBlocksI8 takes its single-pass kernel for this shape on this CPU (d = 64).
 bool HasFastPackedScores(size_t row_bytes, size_t d, int bits);
 
 // Consecutive q4_0 rows in plane form (kv/codecs/q4_0_codec.h): ng = d / 32 groups of 32
@@ -64,9 +74,9 @@ bool HasFastPackedScores(size_t row_bytes, size_t d, int bits);
 //   acc = 0; for g: acc = fma(alpha_i * s_rg, q8_i . code_rg, acc); acc = fma(-8 s_rg, qsum_ig, acc)
 //   scores[i * ld + r] = acc.
 //   codes: [n_rows, d / 2]; scales: [n_rows, ng] fp16; q8: [n_q, d]; scores: [n_q, ld].
-// Fast path (AVX512-VNNI, d = 64): the packed-row dot tree of ScoreTokenRowsI8 stopped one
-// level early, so that each row's two group sums come out apart. Elsewhere: unpack a tile,
-// DotCodeRowsI8 and CombineCodeDots (the same integers and floats).
+// Fast path (AVX512-VNNI, d = 64): ScoreTokenRowsI8's two-group kernel with the scales read
+// as one 32-bit word per row. Elsewhere: unpack a tile, DotCodeRowsI8 and CombineCodeDots
+// (the same integers and floats).
 void ScoreQ4_0RowsI8(const uint8_t* codes, const uint16_t* scales, size_t n_rows, size_t d,
                      const int8_t* q8, const float* alpha, const float* qsum, size_t n_q,
                      float* scores, size_t ld);

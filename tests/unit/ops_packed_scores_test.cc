@@ -115,10 +115,10 @@ TEST(ChannelBlockScores, MatchTheTwinOnEveryTarget) {
   if (fast_runs == 0) GTEST_SKIP() << "no AVX512-VNNI: only the general path was compared";
 }
 
-// Rows with one (scale, min) pair each: the same floats as the twin where the single-pass
-// kernel runs (exact integer dots, the same float steps); the general path on every other
-// target within the rounding of a multiply-add done in two steps; row counts around the
-// 16-row steps.
+// Per-token rows with one or two (scale, min) groups: the fast path (AVX512-VNNI, d 64 or
+// 128, rows without padding) equals the twin bit for bit; every path on every target within
+// one rounding of each term (targets without FMA round the general path's multiply-adds
+// twice); row counts around the 16-row steps, query counts around the passes of 3 and 4.
 TEST(TokenRowScores, EqualTheTwinOnEveryTarget) {
   int fast_runs = 0;
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
@@ -126,54 +126,60 @@ TEST(TokenRowScores, EqualTheTwinOnEveryTarget) {
     std::mt19937 rng(22);
     std::normal_distribution<float> g(0.0f, 1.0f);
     for (int bits : {2, 4}) {
-      for (size_t d : {32, 64, 128}) {
-        for (size_t pad : {0, 3}) {
-          const size_t row_bytes = d * bits / 8 + pad;
-          fast_runs += HasFastPackedScores(row_bytes, d, bits);
-          for (size_t n_rows : {1, 5, 16, 17, 40, 100}) {
-            for (size_t n_q : {1, 2, 3, 4, 5, 9}) {
-              std::vector<uint8_t> rows(n_rows * row_bytes);
-              for (auto& b : rows) b = static_cast<uint8_t>(rng());
-              std::vector<uint16_t> params(2 * n_rows);
-              for (size_t r = 0; r < n_rows; ++r) {
-                params[2 * r] = Fp32ToFp16(std::fabs(g(rng)) * 0.1f + 0.01f);
-                params[2 * r + 1] = Fp32ToFp16(g(rng));
-              }
-              std::vector<int8_t> q8(n_q * d);
-              for (auto& x : q8) x = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
-              std::vector<float> alpha(n_q), qsum(n_q);
-              for (size_t i = 0; i < n_q; ++i) {
-                alpha[i] = std::fabs(g(rng)) * 0.01f;
-                qsum[i] = g(rng) * 4.0f;
-              }
-              const size_t ld = n_rows + 3;
-              std::vector<float> fast(n_q * ld, -5.0f), ref(n_q * ld, -5.0f);
-              ScoreTokenRowsI8(rows.data(), n_rows, row_bytes, d, bits, params.data(), q8.data(),
-                               alpha.data(), qsum.data(), n_q, fast.data(), ld);
-              ScoreTokenRowsI8Ref(rows.data(), n_rows, row_bytes, d, bits, params.data(),
-                                  q8.data(), alpha.data(), qsum.data(), n_q, ref.data(), ld);
-              if (HasFastPackedScores(row_bytes, d, bits)) {
-                ASSERT_EQ(fast, ref) << hwy::TargetName(target) << " bits " << bits << " d "
-                                     << d << " rows " << n_rows << " n_q " << n_q;
-              } else {
-                // The general path on targets without FMA rounds the final multiply-add
-                // twice: within one rounding of each of its two terms.
+      for (size_t d : {32, 64, 96, 128}) {
+        for (size_t n_groups : {1, 2}) {
+          for (size_t pad : {0, 3}) {
+            const size_t row_bytes = d * bits / 8 + pad;
+            const bool fast = HasFastTokenRowScores(row_bytes, d, bits, n_groups);
+            fast_runs += fast;
+            for (size_t n_rows : {1, 5, 16, 17, 40, 100}) {
+              for (size_t n_q : {1, 2, 3, 4, 5, 9}) {
+                std::vector<uint8_t> rows(n_rows * row_bytes);
+                for (auto& b : rows) b = static_cast<uint8_t>(rng());
+                std::vector<uint16_t> params(2 * n_rows * n_groups);
+                for (size_t k = 0; k < params.size(); k += 2) {
+                  params[k] = Fp32ToFp16(std::fabs(g(rng)) * 0.1f + 0.01f);
+                  params[k + 1] = Fp32ToFp16(g(rng));
+                }
+                std::vector<int8_t> q8(n_q * d);
+                for (auto& x : q8) x = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+                std::vector<float> alpha(n_q), qsum(n_q * n_groups);
+                for (auto& x : alpha) x = std::fabs(g(rng)) * 0.01f;
+                for (auto& x : qsum) x = g(rng) * 4.0f;
+                const size_t ld = n_rows + 3;
+                std::vector<float> out(n_q * ld, -5.0f), ref(n_q * ld, -5.0f);
+                ScoreTokenRowsI8(rows.data(), n_rows, row_bytes, d, bits, n_groups, params.data(),
+                                 q8.data(), alpha.data(), qsum.data(), n_q, out.data(), ld);
+                ScoreTokenRowsI8Ref(rows.data(), n_rows, row_bytes, d, bits, n_groups,
+                                    params.data(), q8.data(), alpha.data(), qsum.data(), n_q,
+                                    ref.data(), ld);
+                if (fast) {
+                  ASSERT_EQ(out, ref) << hwy::TargetName(target) << " bits " << bits << " d " << d
+                                      << " groups " << n_groups << " rows " << n_rows << " n_q "
+                                      << n_q;
+                }
+                // The general path on targets without FMA rounds each multiply-add twice:
+                // within one rounding of every term the sum adds.
                 for (size_t i = 0; i < n_q; ++i) {
                   for (size_t r = 0; r < ld; ++r) {
                     const size_t x = i * ld + r;
                     if (r >= n_rows) {
-                      ASSERT_EQ(fast[x], -5.0f);
+                      ASSERT_EQ(out[x], -5.0f);
                       continue;
                     }
-                    const double term = std::fabs(Fp16ToFp32(params[2 * r + 1]) * qsum[i]);
-                    ASSERT_LE(std::fabs(fast[x] - ref[x]),
-                              std::ldexp(std::fabs(ref[x]) + 2.0 * term, -22))
+                    double terms = 0.0;
+                    for (size_t k = 0; k < n_groups; ++k) {
+                      const uint16_t* pr = &params[(r * n_groups + k) * 2];
+                      terms += std::fabs(Fp16ToFp32(pr[0])) * alpha[i] * 127.0 * 15.0 * d +
+                               std::fabs(Fp16ToFp32(pr[1]) * qsum[i * n_groups + k]);
+                    }
+                    ASSERT_LE(std::fabs(out[x] - ref[x]), std::ldexp(terms, -21))
                         << hwy::TargetName(target) << " bits " << bits << " d " << d;
                   }
                 }
-              }
-              if (n_rows > 1) {
-                EXPECT_NE(ref[0], ref[1]);  // not vacuous
+                if (n_rows > 1) {
+                  EXPECT_NE(ref[0], ref[1]);  // not vacuous
+                }
               }
             }
           }

@@ -360,10 +360,13 @@ void TokenGroupRows::ScoresInteger(int64_t r0, const int64_t* rows, int64_t n_se
   const int g0 = c0 / group_;
   const int ng = (n + group_ - 1) / group_;  // groups of the window
   PrepareGroupedQueryI8(q, n_q, n, group_, t);
-  // Consecutive whole rows with one group each: one pass over the packed rows.
-  if (rows == nullptr && c0 == 0 && n == row_len_ && ng == 1) {
-    ScoreTokenRowsI8(&codes_[r0 * row_bytes_], n_sel, row_bytes_, n, bits_, &params_[r0 * 2],
-                     t.q8.data(), t.alpha.data(), t.qm.data(), n_q, scores + col0, ld);
+  // Consecutive whole rows with one group each, or with two where the single-pass kernel
+  // takes them: one pass over the packed rows.
+  if (rows == nullptr && c0 == 0 && n == row_len_ &&
+      (ng == 1 || (n % group_ == 0 && HasFastTokenRowScores(row_bytes_, n, bits_, ng)))) {
+    ScoreTokenRowsI8(&codes_[r0 * row_bytes_], n_sel, row_bytes_, n, bits_, ng,
+                     &params_[r0 * 2 * ng], t.q8.data(), t.alpha.data(), t.qm.data(), n_q,
+                     scores + col0, ld);
     return;
   }
   for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
