@@ -172,6 +172,67 @@ KVPACK_BLOCK_INLINE void ArrangedQuery(const float* x, const __m512 (&sc)[4],
   _mm512_store_si512(qp, Arranged<kBits>(q8));
 }
 
+// ArrangedQuery for d = 128: the same rule on 8 vectors of the row; the arrangement of the 128
+// bytes (ArrangeQueryForPacked: segment s holds q8[k p + s], p < 128 / k) by one byte shuffle
+// per 128-bit lane (each lane's bytes grouped by s) and one dword permutation over the two
+// halves per output vector, so that no VBMI is needed.
+template <int kBits>
+KVPACK_BLOCK_INLINE void ArrangedQuery128(const float* x, const __m512 (&sc)[8],
+                                          const __m512 (&mn)[8], int8_t* qp, float& alpha,
+                                          float& xmin) {
+  __m512 xs[8];
+  __m512 vmax = _mm512_setzero_ps(), vdot = _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) {
+    const __m512 v = _mm512_loadu_ps(x + 16 * j);
+    xs[j] = _mm512_mul_ps(v, sc[j]);
+    vmax = _mm512_max_ps(vmax, _mm512_abs_ps(xs[j]));
+    vdot = _mm512_fmadd_ps(v, mn[j], vdot);
+  }
+  const float amax = _mm512_reduce_max_ps(vmax);
+  xmin = _mm512_reduce_add_ps(vdot);
+  __m512i half[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};  // q8 bytes 0-63, 64-127
+  if (amax > 0.0f) {
+    alpha = amax / 127.0f;
+    const __m512 inv = _mm512_set1_ps(127.0f / amax);
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m128i b[4];
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(xs[4 * h + j], inv));
+        b[j] = _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(r, lo), hi));
+      }
+      __m512i v = _mm512_inserti32x4(_mm512_castsi128_si512(b[0]), b[1], 1);
+      v = _mm512_inserti32x4(v, b[2], 2);
+      half[h] = _mm512_inserti32x4(v, b[3], 3);
+    }
+  } else {
+    alpha = 0.0f;
+  }
+  if constexpr (kBits == 4) {
+    // Lane L: its even bytes (s = 0) in dwords 4L, 4L + 1, its odd bytes in 4L + 2, 4L + 3.
+    const __m512i shuffle = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    const __m512i a = _mm512_shuffle_epi8(half[0], shuffle), b = _mm512_shuffle_epi8(half[1], shuffle);
+    const __m512i seg0 = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
+    const __m512i seg1 = _mm512_setr_epi32(2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+    _mm512_store_si512(qp, _mm512_permutex2var_epi32(a, seg0, b));
+    _mm512_store_si512(qp + 64, _mm512_permutex2var_epi32(a, seg1, b));
+  } else {
+    // Lane L: the bytes of s = 0, 1, 2, 3 in dwords 4L, 4L + 1, 4L + 2, 4L + 3; two 32-byte
+    // segments per output vector.
+    const __m512i shuffle = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+    const __m512i a = _mm512_shuffle_epi8(half[0], shuffle), b = _mm512_shuffle_epi8(half[1], shuffle);
+    const __m512i seg01 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+    const __m512i seg23 = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
+    _mm512_store_si512(qp, _mm512_permutex2var_epi32(a, seg01, b));
+    _mm512_store_si512(qp + 64, _mm512_permutex2var_epi32(a, seg23, b));
+  }
+}
+
 // The arranged query's segment s (d / k bytes: one row's worth) repeated over a vector, as
 // packed_dot_i8.cc reads it: lane u holds dword u % W of the segment.
 template <int kD, int kBits>
@@ -226,48 +287,55 @@ KVPACK_BLOCK_INLINE void Tree(const uint8_t* block, size_t bytes,
   }
 }
 
-// Blocks per phase: their arranged queries (64 bytes per block and query) stay in L1.
-constexpr size_t kPhaseBlocks = 32;
+// Blocks per phase: their arranged queries (d bytes per block and query) stay in L1.
+constexpr size_t PhaseBlocks(int d) { return d == 64 ? 32 : 16; }
 // Blocks ahead whose parameters are prefetched.
 constexpr size_t kParamsAhead = 8;
 
 // Query rows [0, NQ) against blocks [0, n_blocks), kPhaseBlocks at a time in two phases: first
 // every block's int8 query (a chain of reductions and a division per query with no work to
 // overlap it inside one 32-token block; across blocks these chains are independent), then
-// every block's rows. Block j: rows [starts[j], starts[j + 1]), params at params + 128 j.
-template <int kBits, int NQ>
+// every block's rows. Block j: rows [starts[j], starts[j + 1]), params at params + 2 kD j.
+template <int kD, int kBits, int NQ>
 KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
                                   const int64_t* starts, size_t n_blocks, const float* q,
                                   float* scores, size_t ld) {
-  using S = Shape64<kBits>;
-  alignas(64) int8_t qp[kPhaseBlocks][NQ][64];
-  float alpha[kPhaseBlocks][NQ], xmin[kPhaseBlocks][NQ];
-  for (size_t j0 = 0; j0 < n_blocks; j0 += kPhaseBlocks) {
-    const size_t jn = std::min(kPhaseBlocks, n_blocks - j0);
+  using S = RowShape<kD, kBits>;
+  constexpr size_t kPhase = PhaseBlocks(kD);
+  constexpr int kV = kD / 16;  // parameter vectors per block and kind
+  alignas(64) int8_t qp[kPhase][NQ][kD];
+  float alpha[kPhase][NQ], xmin[kPhase][NQ];
+  for (size_t j0 = 0; j0 < n_blocks; j0 += kPhase) {
+    const size_t jn = std::min(kPhase, n_blocks - j0);
     for (size_t j = 0; j < jn; ++j) {
-      const uint16_t* pj = params + (j0 + j) * 128;
-      // The parameters stream from memory too (256 bytes per block): without this their
+      const uint16_t* pj = params + (j0 + j) * 2 * kD;
+      // The parameters stream from memory too (4 d bytes per block): without this their
       // conversions were the kernel's hottest instructions on a 30-layer cache.
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {
-        _mm_prefetch(reinterpret_cast<const char*>(pj + 128 * kParamsAhead) + 64 * c, _MM_HINT_T0);
+#pragma GCC unroll 8
+      for (int c = 0; c < kD / 16; ++c) {
+        _mm_prefetch(reinterpret_cast<const char*>(pj + 2 * kD * kParamsAhead) + 64 * c,
+                     _MM_HINT_T0);
       }
-      __m512 sc[4], mn[4];
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {
+      __m512 sc[kV], mn[kV];
+#pragma GCC unroll 8
+      for (int c = 0; c < kV; ++c) {
         sc[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pj + 16 * c)));
         mn[c] = _mm512_cvtph_ps(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pj + 64 + 16 * c)));
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pj + kD + 16 * c)));
       }
 #pragma GCC unroll 8
       for (int i = 0; i < NQ; ++i) {
-        ArrangedQuery<kBits>(q + 64 * i, sc, mn, qp[j][i], alpha[j][i], xmin[j][i]);
+        if constexpr (kD == 64) {
+          ArrangedQuery<kBits>(q + kD * i, sc, mn, qp[j][i], alpha[j][i], xmin[j][i]);
+        } else {
+          ArrangedQuery128<kBits>(q + kD * i, sc, mn, qp[j][i], alpha[j][i], xmin[j][i]);
+        }
       }
     }
     for (size_t j = 0; j < jn; ++j) {
       __m512i qv[NQ][S::kK];
 #pragma GCC unroll 8
-      for (int i = 0; i < NQ; ++i) BroadcastSegments<64, kBits>(qp[j][i], qv[i]);
+      for (int i = 0; i < NQ; ++i) BroadcastSegments<kD, kBits>(qp[j][i], qv[i]);
       const size_t r0 = static_cast<size_t>(starts[j0 + j]);
       const size_t r1 = static_cast<size_t>(starts[j0 + j + 1]);
       size_t t0 = r0;
@@ -308,30 +376,14 @@ KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
 
 // Query rows in passes of at most kMaxQ (the accumulators of the tree, about log2 W + 1 per
 // query, and the k query vectors per query within the 32 registers).
-template <int kBits>
-KVPACK_BLOCK_ATTR void ScoreBlocks64(const uint8_t* rows, const uint16_t* params,
-                                     const int64_t* starts, size_t n_blocks, const float* q,
-                                     size_t n_q, float* scores, size_t ld) {
-  constexpr int kMaxQ = kBits == 2 ? 3 : 4;
-  size_t i = 0;
-  for (; i + kMaxQ <= n_q; i += kMaxQ) {
-    BlocksPass<kBits, kMaxQ>(rows, params, starts, n_blocks, q + 64 * i, scores + i * ld, ld);
-  }
-  switch (n_q - i) {
-    case 3:
-      if constexpr (kMaxQ > 3) {
-        BlocksPass<kBits, 3>(rows, params, starts, n_blocks, q + 64 * i, scores + i * ld, ld);
-      }
-      break;
-    case 2:
-      BlocksPass<kBits, 2>(rows, params, starts, n_blocks, q + 64 * i, scores + i * ld, ld);
-      break;
-    case 1:
-      BlocksPass<kBits, 1>(rows, params, starts, n_blocks, q + 64 * i, scores + i * ld, ld);
-      break;
-    default:
-      break;
-  }
+template <int kD, int kBits>
+KVPACK_BLOCK_ATTR void ScoreBlocks(const uint8_t* rows, const uint16_t* params,
+                                   const int64_t* starts, size_t n_blocks, const float* q,
+                                   size_t n_q, float* scores, size_t ld) {
+  constexpr size_t kMaxQ = kBits == 2 || kD == 128 ? 3 : 4;
+  ForEachQueryChunk<kMaxQ>(n_q, [&](auto m, size_t i) {
+    BlocksPass<kD, kBits, m>(rows, params, starts, n_blocks, q + kD * i, scores + i * ld, ld);
+  });
 }
 // How a token row's group parameters are stored: fp16 (scale, min) pairs, [n_rows, groups, 2]
 // (FlexGen, HF), or q4_0's plane of fp16 scales, [n_rows, 2], with min = -8 scale.
@@ -473,8 +525,9 @@ bool HasFastPackedScores(size_t row_bytes, size_t d, int bits) {
 #if KVPACK_HAVE_BLOCK_KERNEL
   // CodeKernelsUseAvx512 asks Highway's dispatch (tests that pin a lower target take the
   // general path); hwy::SupportedTargets() would run CPUID on every call.
-  return d == 64 && (bits == 2 || bits == 4) && row_bytes == 8 * static_cast<size_t>(bits) &&
-         CpuHasBlockKernel() && CodeKernelsUseAvx512();
+  return (d == 64 || d == 128) && (bits == 2 || bits == 4) &&
+         row_bytes == d * static_cast<size_t>(bits) / 8 && CpuHasBlockKernel() &&
+         CodeKernelsUseAvx512();
 #else
   (void)row_bytes;
   (void)d;
@@ -489,10 +542,12 @@ void ScoreChannelBlocksI8(const uint8_t* rows, size_t row_bytes, size_t d, int b
   if (n_blocks == 0 || n_q == 0) return;
 #if KVPACK_HAVE_BLOCK_KERNEL
   if (HasFastPackedScores(row_bytes, d, bits)) {
-    if (bits == 2) {
-      ScoreBlocks64<2>(rows, params, starts, n_blocks, q, n_q, scores, ld);
+    if (d == 64) {
+      (bits == 2 ? ScoreBlocks<64, 2> : ScoreBlocks<64, 4>)(rows, params, starts, n_blocks, q,
+                                                            n_q, scores, ld);
     } else {
-      ScoreBlocks64<4>(rows, params, starts, n_blocks, q, n_q, scores, ld);
+      (bits == 2 ? ScoreBlocks<128, 2> : ScoreBlocks<128, 4>)(rows, params, starts, n_blocks, q,
+                                                              n_q, scores, ld);
     }
     return;
   }

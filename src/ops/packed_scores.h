@@ -10,8 +10,8 @@
 // their buffers) took about a quarter of KIVI's decode time; here the queries of 32 blocks
 // are prepared first (their reduction chains overlap), then the blocks' rows are read. On
 // CPUs with AVX512-VNNI one vpdpbusd adds four code x query products per 32-bit lane.
-// Non-goals: head sizes other than 64 (per-channel blocks) or 64 and 128 (token rows) and
-// widths other than 2 and 4 bits on the fast path;
+// Non-goals: head sizes other than 64 and 128 and widths other than 2 and 4 bits on the fast
+// path;
 // every other case (and every other CPU) runs the general path of ops/code_dot_i8.h and
 // ops/packed_dot_i8.h, which computes the same q8, alpha and integer dots.
 #ifndef KVPACK_OPS_PACKED_SCORES_H_
@@ -63,7 +63,8 @@ void ScoreTokenRowsI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, s
                          size_t ld);
 // Whether ScoreTokenRowsI8 takes its single-pass kernel for this shape on this CPU.
 bool HasFastTokenRowScores(size_t row_bytes, size_t d, int bits, size_t n_groups);
-// Whether ScoreChannelBlocksI8 takes its single-pass kernel for this shape on this CPU (d = 64).
+// Whether ScoreChannelBlocksI8 takes its single-pass kernel for this shape on this CPU (d 64
+// or 128, rows without padding).
 bool HasFastPackedScores(size_t row_bytes, size_t d, int bits);
 
 // Consecutive q4_0 rows in plane form (kv/codecs/q4_0_codec.h): ng = d / 32 groups of 32
