@@ -134,103 +134,82 @@ KVPACK_BLOCK_INLINE __m512i Arranged(__m512i q8) {
   return _mm512_permutexvar_epi32(order, _mm512_shuffle_epi8(q8, shuffle));
 }
 
-// Per query row: x * scale quantized to int8 (QuantizeI8's rule: inv = 127 / max|x * scale|,
-// round to nearest even, clamp to +-127), arranged as ArrangeQueryForPacked does for d = 64
-// (stored to qp, 64 bytes); alpha and x . min.
+// One query row of 16 kV channels: x * scale quantized to int8 (QuantizeI8's rule: inv = 127 /
+// max|x * scale|, round to nearest even, clamp to +-127) into q8 (64 channels per vector, in
+// order; zeros when x * scale is all zero), alpha and x . min.
+template <int kV>
+KVPACK_BLOCK_INLINE void ScaleQuantizeRow(const float* x, const __m512 (&sc)[kV],
+                                          const __m512 (&mn)[kV], __m512i (&q8)[kV / 4],
+                                          float& alpha, float& xmin) {
+  __m512 xs[kV];
+  __m512 vmax = _mm512_setzero_ps(), vdot = _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int j = 0; j < kV; ++j) {
+    const __m512 v = _mm512_loadu_ps(x + 16 * j);
+    xs[j] = _mm512_mul_ps(v, sc[j]);
+    vmax = _mm512_max_ps(vmax, _mm512_abs_ps(xs[j]));
+    vdot = _mm512_fmadd_ps(v, mn[j], vdot);
+  }
+  const float amax = _mm512_reduce_max_ps(vmax);
+  xmin = _mm512_reduce_add_ps(vdot);
+  if (!(amax > 0.0f)) {
+    alpha = 0.0f;
+#pragma GCC unroll 2
+    for (int h = 0; h < kV / 4; ++h) q8[h] = _mm512_setzero_si512();
+    return;
+  }
+  alpha = amax / 127.0f;
+  const __m512 inv = _mm512_set1_ps(127.0f / amax);
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+#pragma GCC unroll 2
+  for (int h = 0; h < kV / 4; ++h) {
+    __m128i b[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(xs[4 * h + j], inv));
+      b[j] = _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(r, lo), hi));
+    }
+    __m512i v = _mm512_inserti32x4(_mm512_castsi128_si512(b[0]), b[1], 1);
+    v = _mm512_inserti32x4(v, b[2], 2);
+    q8[h] = _mm512_inserti32x4(v, b[3], 3);
+  }
+}
+
+// Per query row of d = 64: ScaleQuantizeRow, arranged as ArrangeQueryForPacked does (stored
+// to qp, 64 bytes).
 template <int kBits>
 KVPACK_BLOCK_INLINE void ArrangedQuery(const float* x, const __m512 (&sc)[4],
                                        const __m512 (&mn)[4], int8_t* qp, float& alpha,
                                        float& xmin) {
-  __m512 xs[4];
-  __m512 vmax = _mm512_setzero_ps(), vdot = _mm512_setzero_ps();
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    const __m512 v = _mm512_loadu_ps(x + 16 * j);
-    xs[j] = _mm512_mul_ps(v, sc[j]);
-    vmax = _mm512_max_ps(vmax, _mm512_abs_ps(xs[j]));
-    vdot = _mm512_fmadd_ps(v, mn[j], vdot);
-  }
-  const float amax = _mm512_reduce_max_ps(vmax);
-  xmin = _mm512_reduce_add_ps(vdot);
-  __m512i q8 = _mm512_setzero_si512();
-  if (amax > 0.0f) {
-    alpha = amax / 127.0f;
-    const __m512 inv = _mm512_set1_ps(127.0f / amax);
-    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-    __m128i b[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      const __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(xs[j], inv));
-      b[j] = _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(r, lo), hi));
-    }
-    q8 = _mm512_inserti32x4(_mm512_castsi128_si512(b[0]), b[1], 1);
-    q8 = _mm512_inserti32x4(q8, b[2], 2);
-    q8 = _mm512_inserti32x4(q8, b[3], 3);
-  } else {
-    alpha = 0.0f;
-  }
-  _mm512_store_si512(qp, Arranged<kBits>(q8));
+  __m512i q8[1];
+  ScaleQuantizeRow<4>(x, sc, mn, q8, alpha, xmin);
+  _mm512_store_si512(qp, Arranged<kBits>(q8[0]));
 }
 
-// ArrangedQuery for d = 128: the same rule on 8 vectors of the row; the arrangement of the 128
-// bytes (ArrangeQueryForPacked: segment s holds q8[k p + s], p < 128 / k) by one byte shuffle
-// per 128-bit lane (each lane's bytes grouped by s) and one dword permutation over the two
-// halves per output vector, so that no VBMI is needed.
+// The same for d = 128: the arrangement of the 128 bytes (ArrangeQueryForPacked: segment s
+// holds q8[k p + s], p < 128 / k) by one byte shuffle per 128-bit lane (each lane's bytes
+// grouped by s) and one dword permutation over the two halves per output vector, so that no
+// VBMI is needed.
 template <int kBits>
 KVPACK_BLOCK_INLINE void ArrangedQuery128(const float* x, const __m512 (&sc)[8],
                                           const __m512 (&mn)[8], int8_t* qp, float& alpha,
                                           float& xmin) {
-  __m512 xs[8];
-  __m512 vmax = _mm512_setzero_ps(), vdot = _mm512_setzero_ps();
-#pragma GCC unroll 8
-  for (int j = 0; j < 8; ++j) {
-    const __m512 v = _mm512_loadu_ps(x + 16 * j);
-    xs[j] = _mm512_mul_ps(v, sc[j]);
-    vmax = _mm512_max_ps(vmax, _mm512_abs_ps(xs[j]));
-    vdot = _mm512_fmadd_ps(v, mn[j], vdot);
-  }
-  const float amax = _mm512_reduce_max_ps(vmax);
-  xmin = _mm512_reduce_add_ps(vdot);
-  __m512i half[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};  // q8 bytes 0-63, 64-127
-  if (amax > 0.0f) {
-    alpha = amax / 127.0f;
-    const __m512 inv = _mm512_set1_ps(127.0f / amax);
-    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      __m128i b[4];
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
-        const __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(xs[4 * h + j], inv));
-        b[j] = _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(r, lo), hi));
-      }
-      __m512i v = _mm512_inserti32x4(_mm512_castsi128_si512(b[0]), b[1], 1);
-      v = _mm512_inserti32x4(v, b[2], 2);
-      half[h] = _mm512_inserti32x4(v, b[3], 3);
-    }
-  } else {
-    alpha = 0.0f;
-  }
-  if constexpr (kBits == 4) {
-    // Lane L: its even bytes (s = 0) in dwords 4L, 4L + 1, its odd bytes in 4L + 2, 4L + 3.
-    const __m512i shuffle = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
-    const __m512i a = _mm512_shuffle_epi8(half[0], shuffle), b = _mm512_shuffle_epi8(half[1], shuffle);
-    const __m512i seg0 = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
-    const __m512i seg1 = _mm512_setr_epi32(2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
-    _mm512_store_si512(qp, _mm512_permutex2var_epi32(a, seg0, b));
-    _mm512_store_si512(qp + 64, _mm512_permutex2var_epi32(a, seg1, b));
-  } else {
-    // Lane L: the bytes of s = 0, 1, 2, 3 in dwords 4L, 4L + 1, 4L + 2, 4L + 3; two 32-byte
-    // segments per output vector.
-    const __m512i shuffle = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
-    const __m512i a = _mm512_shuffle_epi8(half[0], shuffle), b = _mm512_shuffle_epi8(half[1], shuffle);
-    const __m512i seg01 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
-    const __m512i seg23 = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
-    _mm512_store_si512(qp, _mm512_permutex2var_epi32(a, seg01, b));
-    _mm512_store_si512(qp + 64, _mm512_permutex2var_epi32(a, seg23, b));
-  }
+  __m512i half[2];  // q8 bytes 0-63, 64-127
+  ScaleQuantizeRow<8>(x, sc, mn, half, alpha, xmin);
+  // 4 bits: lane L's even bytes (s = 0) go to dwords 4L, 4L + 1, its odd bytes to 4L + 2,
+  // 4L + 3, and each output vector is one 64-byte segment. 2 bits: lane L's bytes of s = 0..3
+  // go to dwords 4L + s, and each output vector holds two 32-byte segments.
+  const __m512i shuffle = _mm512_broadcast_i32x4(
+      kBits == 4 ? _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)
+                 : _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+  const __m512i first =
+      kBits == 4 ? _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29)
+                 : _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+  const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(2));
+  const __m512i a = _mm512_shuffle_epi8(half[0], shuffle);
+  const __m512i b = _mm512_shuffle_epi8(half[1], shuffle);
+  _mm512_store_si512(qp, _mm512_permutex2var_epi32(a, first, b));
+  _mm512_store_si512(qp + 64, _mm512_permutex2var_epi32(a, second, b));
 }
 
 // The arranged query's segment s (d / k bytes: one row's worth) repeated over a vector, as

@@ -21,6 +21,24 @@ struct Shape {
   size_t d, first, group;
 };
 
+// Min sums msum [n_q, ng] against the twin's: a float sum of n_rows products p * min in
+// another order, within n_rows u sum |p min| (u = 2^-24) plus the final rounding.
+// min_of(k, g): the min of row k in group g.
+template <class MinOf>
+void ExpectMinSumsClose(const std::vector<float>& msum, const std::vector<float>& msum_ref,
+                        const std::vector<float>& p, size_t ldp, size_t n_q, size_t ng,
+                        size_t n_rows, MinOf min_of) {
+  for (size_t i = 0; i < n_q; ++i) {
+    for (size_t g = 0; g < ng; ++g) {
+      double mass = 0.0;
+      for (size_t k = 0; k < n_rows; ++k) mass += std::fabs(p[i * ldp + k] * min_of(k, g));
+      const float a = msum[i * ng + g], b = msum_ref[i * ng + g];
+      ASSERT_LE(std::fabs(a - b), n_rows * std::ldexp(mass, -24) + std::ldexp(std::fabs(b), -23))
+          << "msum, query " << i << " group " << g;
+    }
+  }
+}
+
 TEST(CodeDotI16, MatchesTheTwinAndStaysWithinTheBoundOnEveryTarget) {
   bool saw_integer_path = false;
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
@@ -187,19 +205,9 @@ TEST(CodeDotI16, FusedPackedTileMatchesTheTwinOnEveryTarget) {
               ASSERT_EQ(out, out_ref) << hwy::TargetName(target) << " bits " << bits << " row "
                                       << row_len << " group " << group << " first " << first
                                       << " rows " << n_rows << " n_q " << n_q;
-              for (size_t i = 0; i < n_q; ++i) {
-                for (size_t g = 0; g < ng; ++g) {
-                  double mass = 0.0;
-                  for (size_t k = 0; k < n_rows; ++k) {
-                    mass += std::fabs(p[i * ldp + k] *
-                                      Fp16ToFp32(params[(k * n_groups + g0 + g) * 2 + 1]));
-                  }
-                  const float a = msum[i * ng + g], b = msum_ref[i * ng + g];
-                  ASSERT_LE(std::fabs(a - b), n_rows * std::ldexp(mass, -24) +
-                                                  std::ldexp(std::fabs(b), -23))
-                      << "msum, query " << i << " group " << g;
-                }
-              }
+              ExpectMinSumsClose(msum, msum_ref, p, ldp, n_q, ng, n_rows, [&](size_t k, size_t g) {
+                return Fp16ToFp32(params[(k * n_groups + g0 + g) * 2 + 1]);
+              });
               ASSERT_NE(out, base);  // not vacuous
             }
           }
@@ -279,17 +287,10 @@ TEST(CodeDotI16, Q4_0TileMatchesTheTwinOnEveryTarget) {
                                    4.0 * (n_rows + 1) * std::ldexp(1.0, -24) * (mag + 1e-30);
               ASSERT_NEAR(out[x], out_ref[x], bound) << hwy::TargetName(target) << " d " << d;
             }
-            for (size_t g = 0; g < ng; ++g) {
-              double mass = 0.0;
-              for (size_t k = 0; k < n_rows; ++k) {
-                mass += std::fabs(p[i * ldp + k] * 8.0f * Fp16ToFp32(scales[k * ng + g]));
-              }
-              const float a = msum[i * ng + g], b = msum_ref[i * ng + g];
-              ASSERT_LE(std::fabs(a - b), n_rows * std::ldexp(mass, -24) +
-                                              std::ldexp(std::fabs(b), -23))
-                  << "msum, query " << i << " group " << g;
-            }
           }
+          ExpectMinSumsClose(msum, msum_ref, p, ldp, n_q, ng, n_rows, [&](size_t k, size_t g) {
+            return -8.0f * Fp16ToFp32(scales[k * ng + g]);
+          });
           ASSERT_NE(out, base);  // not vacuous
         }
       }
