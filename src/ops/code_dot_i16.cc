@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -107,7 +108,7 @@ KVPACK_VNNI_ATTR inline __m512i DotPairsAdd(__m512i acc, __m512i pairs, __m512i 
 // kBits = 0: codes are one byte each (codes[k * row_stride + c]); kBits = 2 or 4: codes are
 // read from packed LSB-first rows (row k at codes + k * row_stride, window channel c in byte
 // c * kBits / 8), so no unpacked tile is written.
-template <int NQ, int NB, int BPG, int kBits>
+template <int NQ, int NB, int BPG, int kBits, bool kWide>
 KVPACK_VNNI_ATTR void ChunkI16(const int16_t* wq, size_t ldq, size_t ng, size_t g0,
                                const float* s, const uint8_t* codes, size_t n_rows,
                                size_t row_stride, size_t c, float* out, size_t d) {
@@ -163,7 +164,7 @@ KVPACK_VNNI_ATTR void ChunkI16(const int16_t* wq, size_t ldq, size_t ng, size_t 
                    _MM_HINT_T0);
       // Rows wider than a line (a window of KCVT's all-head rows): the second row's window
       // lies in another line, which the stride of two rows would otherwise skip.
-      if (row_stride >= 64) {
+      if constexpr (kWide) {
         _mm_prefetch(reinterpret_cast<const char*>(codes + (k + 1) * row_stride + c_byte + 4096),
                      _MM_HINT_T0);
       }
@@ -208,7 +209,7 @@ KVPACK_VNNI_ATTR void ChunkI16(const int16_t* wq, size_t ldq, size_t ng, size_t 
 
 // One chunk of NB blocks: the run length of its groups (the chunk's first block starts a
 // group or the chunk lies inside one).
-template <int NQ, int NB, int kBits>
+template <int NQ, int NB, int kBits, bool kWide>
 KVPACK_VNNI_ATTR void ChunkByGroups(const int16_t* wq, size_t ldq, size_t ng, size_t first,
                                     size_t group, const float* s, const uint8_t* codes,
                                     size_t n_rows, size_t row_stride, size_t c, float* out,
@@ -217,40 +218,40 @@ KVPACK_VNNI_ATTR void ChunkByGroups(const int16_t* wq, size_t ldq, size_t ng, si
   const size_t a = first + c, g0 = a / group - g_first;
   const bool inside = a / group == (a + 16 * NB - 1) / group;
   if (inside) {
-    ChunkI16<NQ, NB, 4, kBits>(wq, ldq, ng, g0, s, codes, n_rows, row_stride, c, out, d);
+    ChunkI16<NQ, NB, 4, kBits, kWide>(wq, ldq, ng, g0, s, codes, n_rows, row_stride, c, out, d);
   } else if (a % group == 0 && group == 32) {
-    ChunkI16<NQ, NB, 2, kBits>(wq, ldq, ng, g0, s, codes, n_rows, row_stride, c, out, d);
+    ChunkI16<NQ, NB, 2, kBits, kWide>(wq, ldq, ng, g0, s, codes, n_rows, row_stride, c, out, d);
   } else if (a % group == 0 && group == 16) {
-    ChunkI16<NQ, NB, 1, kBits>(wq, ldq, ng, g0, s, codes, n_rows, row_stride, c, out, d);
+    ChunkI16<NQ, NB, 1, kBits, kWide>(wq, ldq, ng, g0, s, codes, n_rows, row_stride, c, out, d);
   } else {  // a group boundary inside the chunk, not at its start: one block at a time
     for (int b = 0; b < NB; ++b) {
       const size_t gb = (a + 16 * b) / group - g_first;
-      ChunkI16<NQ, 1, 1, kBits>(wq, ldq, ng, gb, s, codes, n_rows, row_stride, c + 16 * b, out,
+      ChunkI16<NQ, 1, 1, kBits, kWide>(wq, ldq, ng, gb, s, codes, n_rows, row_stride, c + 16 * b, out,
                                 d);
     }
   }
 }
 
-template <int NQ, int kBits>
+template <int NQ, int kBits, bool kWide>
 KVPACK_VNNI_ATTR void QueriesI16(const int16_t* wq, size_t ldq, size_t ng, const float* s,
                                  const uint8_t* codes, size_t n_rows, size_t row_stride,
                                  size_t d, size_t first, size_t group, float* out) {
   for (size_t c = 0; c < d; c += 64) {
     switch (std::min<size_t>(4, (d - c) / 16)) {
       case 1:
-        ChunkByGroups<NQ, 1, kBits>(wq, ldq, ng, first, group, s, codes, n_rows, row_stride, c,
+        ChunkByGroups<NQ, 1, kBits, kWide>(wq, ldq, ng, first, group, s, codes, n_rows, row_stride, c,
                                     out, d);
         break;
       case 2:
-        ChunkByGroups<NQ, 2, kBits>(wq, ldq, ng, first, group, s, codes, n_rows, row_stride, c,
+        ChunkByGroups<NQ, 2, kBits, kWide>(wq, ldq, ng, first, group, s, codes, n_rows, row_stride, c,
                                     out, d);
         break;
       case 3:
-        ChunkByGroups<NQ, 3, kBits>(wq, ldq, ng, first, group, s, codes, n_rows, row_stride, c,
+        ChunkByGroups<NQ, 3, kBits, kWide>(wq, ldq, ng, first, group, s, codes, n_rows, row_stride, c,
                                     out, d);
         break;
       default:
-        ChunkByGroups<NQ, 4, kBits>(wq, ldq, ng, first, group, s, codes, n_rows, row_stride, c,
+        ChunkByGroups<NQ, 4, kBits, kWide>(wq, ldq, ng, first, group, s, codes, n_rows, row_stride, c,
                                     out, d);
         break;
     }
@@ -269,16 +270,24 @@ KVPACK_VNNI_ATTR void AxpyQuantizedI16(const int16_t* wq, size_t ldq, const floa
     const int16_t* wq_i = wq + i0 * ng * ldq;
     const float* s_i = s + i0 * ng;
     float* out_i = out + i0 * d;
-    switch (bits) {
-      case 2:
-        QueriesI16<m, 2>(wq_i, ldq, ng, s_i, codes, n_rows, row_stride, d, first, group, out_i);
-        break;
-      case 4:
-        QueriesI16<m, 4>(wq_i, ldq, ng, s_i, codes, n_rows, row_stride, d, first, group, out_i);
-        break;
-      default:
-        QueriesI16<m, 0>(wq_i, ldq, ng, s_i, codes, n_rows, row_stride, d, first, group, out_i);
-        break;
+    // Rows of a line or more (a window of KCVT's all-head rows) prefetch both rows of a pair;
+    // a run-time test inside the row loop cost 10% of KIVI-4's value kernel.
+    const bool wide = row_stride >= 64;
+    const auto run = [&](auto kbits, auto kwide) {
+      QueriesI16<m, decltype(kbits)::value, decltype(kwide)::value>(
+          wq_i, ldq, ng, s_i, codes, n_rows, row_stride, d, first, group, out_i);
+    };
+    using B0 = std::integral_constant<int, 0>;
+    using B2 = std::integral_constant<int, 2>;
+    using B4 = std::integral_constant<int, 4>;
+    using Narrow = std::false_type;
+    using Wide = std::true_type;
+    if (bits == 2) {
+      wide ? run(B2{}, Wide{}) : run(B2{}, Narrow{});
+    } else if (bits == 4) {
+      wide ? run(B4{}, Wide{}) : run(B4{}, Narrow{});
+    } else {
+      run(B0{}, Narrow{});
     }
   });
 }
