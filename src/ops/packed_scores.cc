@@ -114,8 +114,6 @@ struct RowShape {
   static constexpr int kK = 8 / kBits;
   static constexpr size_t kRowBytes = kD * kBits / 8;
 };
-template <int kBits>
-using Shape64 = RowShape<64, kBits>;
 
 // A 64-byte int8 query row in packed order (ArrangeQueryForPacked at d = 64, as
 // packed_dot_i8.cc's ArrangeQuery64 does it).
