@@ -2,11 +2,12 @@
 
 #include "kv/codecs/flexgen_codec.h"
 #include "kv/codecs/gear_codec.h"
-#include "kv/codecs/ggml_block_codec.h"
 #include "kv/codecs/hf_codec.h"
 #include "kv/codecs/kcvt_codec.h"
 #include "kv/codecs/kivi_codec.h"
 #include "kv/codecs/plain_codec.h"
+#include "kv/codecs/q4_0_codec.h"
+#include "kv/codecs/q8_0_codec.h"
 
 namespace kvpack {
 namespace {
@@ -20,12 +21,14 @@ CodecInfo Plain(const char* name, const char* summary, PlainFormat format) {
           }};
 }
 
-CodecInfo GgmlBlock(const char* name, const char* summary, GgmlBlockFormat format) {
+// llama.cpp's KV blocks (METHODS.md 1.3): no parameters.
+CodecInfo GgmlBlock(const char* name, const char* summary,
+                    Result<std::unique_ptr<ComponentStore>> (*make)(const StoreShape&)) {
   return {name, summary, {},
-          [format](const MethodSpec& spec, const StoreShape& shape)
+          [make](const MethodSpec& spec, const StoreShape& shape)
               -> Result<std::unique_ptr<ComponentStore>> {
             KVPACK_RETURN_IF_ERROR(CheckParamNames(spec, {}));
-            return MakeGgmlBlockStore(format, shape);
+            return make(shape);
           }};
 }
 
@@ -35,9 +38,9 @@ std::vector<CodecInfo> BuildRegistry() {
   codecs.push_back(Plain("f16", "IEEE half precision", PlainFormat::kF16));
   codecs.push_back(Plain("bf16", "bfloat16", PlainFormat::kBF16));
   codecs.push_back(GgmlBlock("q8_0", "llama.cpp block_q8_0: 32 channels, int8, fp16 scale",
-                             GgmlBlockFormat::kQ8_0));
+                             MakeQ8_0Store));
   codecs.push_back(GgmlBlock("q4_0", "llama.cpp block_q4_0: 32 channels, 4-bit, fp16 scale",
-                             GgmlBlockFormat::kQ4_0));
+                             MakeQ4_0Store));
   codecs.push_back({"flexgen", "per-token groups of channels, asymmetric b-bit (FlexGen)",
                     {"bits", "group"}, MakeFlexGenStore});
   codecs.push_back({"kivi", "KIVI: per-channel keys, per-token values, fp16 residual",

@@ -107,7 +107,7 @@ KVPACK_VNNI_ATTR inline __m512i DotPairsAdd(__m512i acc, __m512i pairs, __m512i 
 // stack on every row pair (measured: the stores took half the kernel's time).
 // kBits = 0: codes are one byte each (codes[k * row_stride + c]); kBits = 2 or 4: codes are
 // read from packed LSB-first rows (row k at codes + k * row_stride, window channel c in byte
-// c * kBits / 8), so no unpacked tile is written.
+// c * kBits / 8), so no unpacked tile is written; kBits = 8: one signed byte each (q8_0).
 template <int NQ, int NB, int BPG, int kBits, bool kWide>
 KVPACK_VNNI_ATTR void ChunkI16(const int16_t* wq, size_t ldq, size_t ng, size_t g0,
                                const float* s, const uint8_t* codes, size_t n_rows,
@@ -117,23 +117,25 @@ KVPACK_VNNI_ATTR void ChunkI16(const int16_t* wq, size_t ldq, size_t ng, size_t 
   // second (index bit 6 selects the second source); bytes 4j + 1 and 4j + 3 are zeroed, so
   // each 16-bit half of the lane is one code as int16 (packed: the byte holding the code,
   // then shifted right by the code's bit offset, the same for both rows, and masked).
-  constexpr __mmask64 kPairBytes = 0x5555555555555555ull;
+  // kBits = 8 (signed bytes): the byte goes to the high half of its 16 bits instead (bytes
+  // 4j + 1 and 4j + 3) and an arithmetic shift by 8 sign-extends it.
+  constexpr bool kSigned = kBits == 8;
+  constexpr __mmask64 kPairBytes = kSigned ? 0xAAAAAAAAAAAAAAAAull : 0x5555555555555555ull;
   constexpr int kCodeBits = kBits == 0 ? 8 : kBits;  // bits per code
+  constexpr int kAt = kSigned ? 1 : 0;               // the code's byte within its 16 bits
   __m512i pick[NB];
 #pragma GCC unroll 16
   for (int b = 0; b < NB; ++b) {
-    alignas(64) uint8_t idx[64];
+    alignas(64) uint8_t idx[64] = {};
 #pragma GCC unroll 16
     for (int j = 0; j < 16; ++j) {
-      idx[4 * j] = static_cast<uint8_t>((16 * b + j) * kCodeBits / 8);
-      idx[4 * j + 1] = 0;
-      idx[4 * j + 2] = static_cast<uint8_t>(64 + (16 * b + j) * kCodeBits / 8);
-      idx[4 * j + 3] = 0;
+      idx[4 * j + kAt] = static_cast<uint8_t>((16 * b + j) * kCodeBits / 8);
+      idx[4 * j + 2 + kAt] = static_cast<uint8_t>(64 + (16 * b + j) * kCodeBits / 8);
     }
     pick[b] = _mm512_load_si512(idx);
   }
   __m512i shift = _mm512_setzero_si512(), code_mask = _mm512_setzero_si512();
-  if constexpr (kBits != 0) {
+  if constexpr (kBits == 2 || kBits == 4) {
     alignas(64) uint16_t sh[32];
 #pragma GCC unroll 32
     for (int j = 0; j < 32; ++j) sh[j] = static_cast<uint16_t>((j / 2) * kBits % 8);
@@ -177,7 +179,9 @@ KVPACK_VNNI_ATTR void ChunkI16(const int16_t* wq, size_t ldq, size_t ng, size_t 
 #pragma GCC unroll 16
     for (int b = 0; b < NB; ++b) {
       pairs[b] = _mm512_maskz_permutex2var_epi8(kPairBytes, r0, pick[b], r1);
-      if constexpr (kBits != 0) {
+      if constexpr (kSigned) {
+        pairs[b] = _mm512_srai_epi16(pairs[b], 8);
+      } else if constexpr (kBits != 0) {
         pairs[b] = _mm512_and_si512(_mm512_srlv_epi16(pairs[b], shift), code_mask);
       }
     }
@@ -259,7 +263,8 @@ KVPACK_VNNI_ATTR void QueriesI16(const int16_t* wq, size_t ldq, size_t ng, const
 }
 
 // The chunk loops over quantized weights wq [n_q * ng][ldq] with steps s [n_q * ng].
-// bits = 0: one byte per code; 2 or 4: packed rows (codes points at the window's first byte).
+// bits = 0: one byte per code; 2 or 4: packed rows (codes points at the window's first byte);
+// 8: one signed byte per code.
 KVPACK_VNNI_ATTR void AxpyQuantizedI16(const int16_t* wq, size_t ldq, const float* s, size_t n_q,
                                        const uint8_t* codes, int bits, size_t n_rows,
                                        size_t row_stride, size_t d, size_t first, size_t group,
@@ -286,6 +291,8 @@ KVPACK_VNNI_ATTR void AxpyQuantizedI16(const int16_t* wq, size_t ldq, const floa
       wide ? run(B2{}, Wide{}) : run(B2{}, Narrow{});
     } else if (bits == 4) {
       wide ? run(B4{}, Wide{}) : run(B4{}, Narrow{});
+    } else if (bits == 8) {
+      run(std::integral_constant<int, 8>{}, Narrow{});
     } else {
       run(B0{}, Narrow{});
     }
@@ -347,9 +354,11 @@ constexpr int kTileBlocks = kPackedTileRowsMax / 16;
 // [NQ * ng][kTileLdq], steps s) and the sums of p * min (msum) in registers. Everything is
 // unrolled so that the NQ x NG reduction chains overlap. live[b]: the rows of block b
 // (16 rows) that exist; the others' probabilities and parameters load as 0.
-// kQ4_0: params are q4_0 plane scales instead, [n_rows, 2] fp16 (one 32-bit word per row,
-// group 0 in the low half), with min = -8 scale (exact in float).
-template <size_t NQ, size_t NG, bool kQ4_0 = false>
+// kParams: kPairs, or params are q4_0 / q8_0 plane scales instead, [n_rows, 2] fp16 (one
+// 32-bit word per row, group 0 in the low half), with min = -8 scale (q4_0, exact in float)
+// or no min (q8_0: msum is not touched).
+enum class TileParams { kPairs, kQ4_0Scales, kQ8_0Scales };
+template <size_t NQ, size_t NG, TileParams kParams = TileParams::kPairs>
 KVPACK_VNNI_ATTR void TileWeights(const float* p, size_t ldp, const uint16_t* params,
                                   size_t n_groups, size_t g0, size_t gb, size_t ng,
                                   size_t n_rows, const __mmask16* live, int16_t* wq, float* s,
@@ -360,7 +369,7 @@ KVPACK_VNNI_ATTR void TileWeights(const float* p, size_t ldp, const uint16_t* pa
 #pragma GCC unroll 4
     for (int b = 0; b < kTileBlocks; ++b) {
       const int64_t n = static_cast<int64_t>(n_rows) - 16 * b;
-      if constexpr (kQ4_0) {
+      if constexpr (kParams != TileParams::kPairs) {
         const __m512i x = LoadWords(reinterpret_cast<const uint32_t*>(params) + 16 * b, n);
         const __m512i half = g0 + gb + g == 0 ? x : _mm512_srli_epi32(x, 16);
         scale[g][b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(half));
@@ -387,7 +396,7 @@ KVPACK_VNNI_ATTR void TileWeights(const float* p, size_t ldp, const uint16_t* pa
         macc = _mm512_fmadd_ps(pb[b], min[g][b], macc);
       }
       const size_t r = i * ng + gb + g;
-      msum[r] += _mm512_reduce_add_ps(macc);
+      if constexpr (kParams != TileParams::kQ8_0Scales) msum[r] += _mm512_reduce_add_ps(macc);
       const float amax = _mm512_reduce_max_ps(vmax);
       int16_t* row = wq + r * kTileLdq;
       if (!(amax > 0.0f)) {
@@ -406,9 +415,10 @@ KVPACK_VNNI_ATTR void TileWeights(const float* p, size_t ldp, const uint16_t* pa
   }
 }
 
-// AccumulatePackedRowsI16 (and, with kQ4_0, AccumulateQ4_0RowsI16) on this path: the weights
-// of the tile never go through memory as floats (TileWeights), then the chunk loops.
-template <bool kQ4_0 = false>
+// AccumulatePackedRowsI16 (and, with plane scales, AccumulateQ4_0RowsI16 and
+// AccumulateQ8_0RowsI16) on this path: the weights of the tile never go through memory as
+// floats (TileWeights), then the chunk loops.
+template <TileParams kParams = TileParams::kPairs>
 KVPACK_VNNI_ATTR void AccumulatePackedRowsAvx512(const float* p, size_t ldp, size_t n_q,
                                                  const uint16_t* params, size_t n_groups,
                                                  size_t g0, size_t ng, const uint8_t* rows,
@@ -431,11 +441,11 @@ KVPACK_VNNI_ATTR void AccumulatePackedRowsAvx512(const float* p, size_t ldp, siz
     float* msum_i = msum + i0 * ng;
     size_t gb = 0;
     for (; gb + 2 <= ng; gb += 2) {
-      TileWeights<m, 2, kQ4_0>(p_i, ldp, params, n_groups, g0, gb, ng, n_rows, live, wq_i, s_i,
+      TileWeights<m, 2, kParams>(p_i, ldp, params, n_groups, g0, gb, ng, n_rows, live, wq_i, s_i,
                                msum_i);
     }
     if (gb < ng) {
-      TileWeights<m, 1, kQ4_0>(p_i, ldp, params, n_groups, g0, gb, ng, n_rows, live, wq_i, s_i,
+      TileWeights<m, 1, kParams>(p_i, ldp, params, n_groups, g0, gb, ng, n_rows, live, wq_i, s_i,
                                msum_i);
     }
   });
@@ -528,7 +538,7 @@ void AccumulateQ4_0RowsI16(const float* p, size_t ldp, size_t n_q, const uint16_
   if (n_rows == 0 || n_q == 0) return;
 #if KVPACK_HAVE_VNNI_KERNEL
   if (HasFusedQ4_0ValueKernel(d, n_rows)) {
-    AccumulatePackedRowsAvx512<true>(p, ldp, n_q, scales, 2, 0, 2, codes, n_rows, d / 2, 4, d, 0,
+    AccumulatePackedRowsAvx512<TileParams::kQ4_0Scales>(p, ldp, n_q, scales, 2, 0, 2, codes, n_rows, d / 2, 4, d, 0,
                                      32, out, msum);
     return;
   }
@@ -554,6 +564,42 @@ void AccumulateQ4_0RowsI16Ref(const float* p, size_t ldp, size_t n_q, const uint
   GroupWeightsAndMinSumsRef(p, ldp, n_q, scale.data(), min.data(), n_rows, ng, n_rows, w.data(),
                             n_rows, msum);
   AxpyPackedRowsWeightedI16Ref(w.data(), n_q, n_rows, codes, n_rows, d / 2, 4, d, 0, 32, out);
+}
+
+bool HasFusedQ8_0ValueKernel(size_t d, size_t n_rows) {
+  return d == 64 && IntegerPathApplies(d, 0, 32) && n_rows <= kPackedTileRowsMax;
+}
+
+void AccumulateQ8_0RowsI16(const float* p, size_t ldp, size_t n_q, const uint16_t* scales,
+                           const int8_t* codes, size_t n_rows, size_t d, float* out) {
+  if (n_rows == 0 || n_q == 0) return;
+#if KVPACK_HAVE_VNNI_KERNEL
+  if (HasFusedQ8_0ValueKernel(d, n_rows)) {
+    AccumulatePackedRowsAvx512<TileParams::kQ8_0Scales>(
+        p, ldp, n_q, scales, 2, 0, 2, reinterpret_cast<const uint8_t*>(codes), n_rows, d, 8, d,
+        0, 32, out, nullptr);
+    return;
+  }
+#endif
+  AccumulateQ8_0RowsI16Ref(p, ldp, n_q, scales, codes, n_rows, d, out);
+}
+
+void AccumulateQ8_0RowsI16Ref(const float* p, size_t ldp, size_t n_q, const uint16_t* scales,
+                              const int8_t* codes, size_t n_rows, size_t d, float* out) {
+  const size_t ng = d / 32;
+  std::vector<float> w(n_rows);
+  std::vector<int16_t> wq(n_rows + 1);
+  for (size_t i = 0; i < n_q; ++i) {
+    for (size_t g = 0; g < ng; ++g) {
+      for (size_t k = 0; k < n_rows; ++k) w[k] = p[i * ldp + k] * Fp16ToFp32(scales[k * ng + g]);
+      const float s = QuantizeWeightsI16Scalar(w.data(), n_rows, wq.data());
+      for (size_t c = 32 * g; c < 32 * g + 32; ++c) {
+        int64_t acc = 0;
+        for (size_t k = 0; k < n_rows; ++k) acc += int64_t{wq[k]} * codes[k * d + c];
+        out[i * d + c] = std::fma(s, static_cast<float>(acc), out[i * d + c]);
+      }
+    }
+  }
 }
 
 bool HasPackedInt16ValueKernel(int bits, size_t d, size_t first, size_t group) {

@@ -93,6 +93,22 @@ void AccumulateQ4_0RowsI16Ref(const float* p, size_t ldp, size_t n_q, const uint
                               const uint8_t* codes, size_t n_rows, size_t d, float* out,
                               float* msum);
 
+// q8_0 plane rows (kv/codecs/q8_0_codec.h: codes [n_rows, d] signed int8, scales
+// [n_rows, d / 32] fp16, value = s * code), over all d / 32 groups of 32 channels:
+//   w[i, g, k] = p[i * ldp + k] * s[k, g],
+//   out += AxpyCodeRowsWeightedI16's sum with the signed codes (no min term).
+// The bound above holds with |code| <= 127 in place of code.
+// Fused path (AVX512-VNNI + VBMI, d = 64, at most kPackedTileRowsMax rows): the register pass
+// of AccumulatePackedRowsI16, each code byte sign-extended to 16 bits. Elsewhere the twin
+// itself (slow; the q8_0 codec takes its float path there instead). The twin: the same
+// float weights and quantizer, exact integer sums, one fused multiply-add per output
+// (bit-identical).
+bool HasFusedQ8_0ValueKernel(size_t d, size_t n_rows);
+void AccumulateQ8_0RowsI16(const float* p, size_t ldp, size_t n_q, const uint16_t* scales,
+                           const int8_t* codes, size_t n_rows, size_t d, float* out);
+void AccumulateQ8_0RowsI16Ref(const float* p, size_t ldp, size_t n_q, const uint16_t* scales,
+                              const int8_t* codes, size_t n_rows, size_t d, float* out);
+
 }  // namespace kvpack
 
 #endif  // KVPACK_OPS_CODE_DOT_I16_H_

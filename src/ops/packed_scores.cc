@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/half.h"
@@ -244,9 +245,17 @@ KVPACK_BLOCK_INLINE void Tree(const uint8_t* block, size_t bytes,
     } else {
       raw = _mm512_loadu_si512(block + 64 * Z0);
     }
-    const __m512i mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));
 #pragma GCC unroll 8
     for (int i = 0; i < NQ; ++i) out[i] = _mm512_setzero_si512();
+    if constexpr (kBits == 8) {
+      // Signed bytes (q8_0) read as code + 128, the unsigned operand of vpdpbusd; the caller
+      // takes 128 x (the query's sum) back off.
+      const __m512i codes = _mm512_xor_si512(raw, _mm512_set1_epi8(static_cast<char>(0x80)));
+#pragma GCC unroll 8
+      for (int i = 0; i < NQ; ++i) out[i] = DotQuads(out[i], codes, qv[i][0]);
+      return;
+    }
+    const __m512i mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));
 #pragma GCC unroll 8
     for (int s = 0; s < 8 / kBits; ++s) {
       // Byte j of lane m: the code of channel 4 k m + k j + s.
@@ -363,21 +372,23 @@ KVPACK_BLOCK_ATTR void ScoreBlocks(const uint8_t* rows, const uint16_t* params,
   });
 }
 // How a token row's group parameters are stored: fp16 (scale, min) pairs, [n_rows, groups, 2]
-// (FlexGen, HF), or q4_0's plane of fp16 scales, [n_rows, 2], with min = -8 scale.
-enum class RowParams { kPairs, kQ4_0Scales };
+// (FlexGen, HF), or a q4_0 / q8_0 plane of fp16 scales, [n_rows, 2], with min = -8 scale
+// (q4_0) or none (q8_0's signed codes).
+enum class RowParams { kPairs, kQ4_0Scales, kQ8_0Scales };
 
 // The parameters of 16 rows from t0 (of which `live` exist) as float vectors by group.
 template <int kGroups, RowParams kParams>
 KVPACK_BLOCK_INLINE void LoadRowParams(const uint16_t* params, size_t t0, __mmask16 live,
                                        __m512 (&sc)[kGroups], __m512 (&mn)[kGroups]) {
-  if constexpr (kParams == RowParams::kQ4_0Scales) {
+  if constexpr (kParams != RowParams::kPairs) {
     static_assert(kGroups == 2);
     // Row r's word: group 0's scale in the low half, group 1's in the high half.
     const __m512i words = _mm512_maskz_loadu_epi32(live, params + 2 * t0);
     sc[0] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
     sc[1] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, 16)));
-    mn[0] = _mm512_mul_ps(sc[0], _mm512_set1_ps(-8.0f));
-    mn[1] = _mm512_mul_ps(sc[1], _mm512_set1_ps(-8.0f));
+    const float min_per_scale = kParams == RowParams::kQ4_0Scales ? -8.0f : 0.0f;
+    mn[0] = _mm512_mul_ps(sc[0], _mm512_set1_ps(min_per_scale));
+    mn[1] = _mm512_mul_ps(sc[1], _mm512_set1_ps(min_per_scale));
   } else {
     // Per row and group one word: scale in the low half, min in the high half.
     __m512i words[kGroups];
@@ -466,6 +477,21 @@ KVPACK_BLOCK_ATTR void TokenRowsPass(const uint8_t* rows, size_t n_rows, const u
     }
     __m512 sc[kGroups], mn[kGroups];
     LoadRowParams<kGroups, kParams>(params, t0, live, sc, mn);
+    if constexpr (kParams == RowParams::kQ8_0Scales) {
+      // The codes were read as code + 128: the signed dot is dot - 128 x sum(q8) (qsum holds
+      // those offsets; both are integers below 2^24, so the float difference is exact), and
+      // there is no min term.
+#pragma GCC unroll 8
+      for (int i = 0; i < NQ; ++i) {
+        const __m512 a = _mm512_set1_ps(alpha[i]);
+        const __m512 d0 = _mm512_sub_ps(dot[i][0], _mm512_set1_ps(qsum[2 * i]));
+        const __m512 d1 = _mm512_sub_ps(dot[i][1], _mm512_set1_ps(qsum[2 * i + 1]));
+        __m512 acc = _mm512_mul_ps(_mm512_mul_ps(a, sc[0]), d0);
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(a, sc[1]), d1, acc);
+        _mm512_mask_storeu_ps(scores + i * ld + t0, live, acc);
+      }
+      continue;
+    }
 #pragma GCC unroll 8
     for (int i = 0; i < NQ; ++i) {
       const __m512 a = _mm512_set1_ps(alpha[i]);
@@ -564,7 +590,11 @@ void ScoreTokenRowsDispatch(const uint8_t* rows, size_t n_rows, size_t d, int bi
                             size_t ld) {
   thread_local std::vector<int8_t> qp;
   qp.resize(n_q * d + 64);
-  ArrangeQueryForPacked(q8, n_q, d, bits, qp.data());
+  if (bits == 8) {
+    std::memcpy(qp.data(), q8, n_q * d);  // one code per byte: the query in channel order
+  } else {
+    ArrangeQueryForPacked(q8, n_q, d, bits, qp.data());
+  }
   const auto run = [&](auto kd, auto kbits, auto kgroups) {
     ScoreTokenRowsFast<decltype(kd)::value, decltype(kbits)::value, decltype(kgroups)::value,
                        kParams>(rows, n_rows, params, qp.data(), alpha, qsum, n_q, scores, ld);
@@ -577,6 +607,8 @@ void ScoreTokenRowsDispatch(const uint8_t* rows, size_t n_rows, size_t d, int bi
   using G2 = std::integral_constant<int, 2>;
   if constexpr (kParams == RowParams::kQ4_0Scales) {
     run(I64{}, B4{}, G2{});
+  } else if constexpr (kParams == RowParams::kQ8_0Scales) {
+    run(I64{}, std::integral_constant<int, 8>{}, G2{});
   } else {
     const int key = (d == 128) * 4 + (bits == 4) * 2 + (n_groups == 2);
     switch (key) {
@@ -730,6 +762,57 @@ void ScoreQ4_0RowsI8Ref(const uint8_t* codes, const uint16_t* scales, size_t n_r
         min = -8.0f * scale;
       },
       q8, alpha, qsum, n_q, scores, ld);
+}
+
+bool HasFastQ8_0Scores(size_t d) {
+#if KVPACK_HAVE_BLOCK_KERNEL
+  return d == 64 && CpuHasBlockKernel() && CodeKernelsUseAvx512();
+#else
+  (void)d;
+  return false;
+#endif
+}
+
+void ScoreQ8_0RowsI8(const int8_t* codes, const uint16_t* scales, size_t n_rows, size_t d,
+                     const int8_t* q8, const float* alpha, size_t n_q, float* scores,
+                     size_t ld) {
+  if (n_rows == 0 || n_q == 0) return;
+#if KVPACK_HAVE_BLOCK_KERNEL
+  if (HasFastQ8_0Scores(d)) {
+    // Per query row and group, 128 x the sum of q8: what reading the codes as code + 128 adds.
+    thread_local std::vector<float> offsets;
+    offsets.resize(2 * n_q);
+    for (size_t i = 0; i < 2 * n_q; ++i) {
+      int32_t sum = 0;
+      for (size_t c = 0; c < 32; ++c) sum += q8[32 * i + c];
+      offsets[i] = static_cast<float>(128 * sum);
+    }
+    ScoreTokenRowsDispatch<RowParams::kQ8_0Scales>(reinterpret_cast<const uint8_t*>(codes),
+                                                   n_rows, d, 8, 2, scales, q8, alpha,
+                                                   offsets.data(), n_q, scores, ld);
+    return;
+  }
+#endif
+  ScoreQ8_0RowsI8Ref(codes, scales, n_rows, d, q8, alpha, n_q, scores, ld);
+}
+
+void ScoreQ8_0RowsI8Ref(const int8_t* codes, const uint16_t* scales, size_t n_rows, size_t d,
+                        const int8_t* q8, const float* alpha, size_t n_q, float* scores,
+                        size_t ld) {
+  const size_t ng = d / 32;
+  for (size_t i = 0; i < n_q; ++i) {
+    for (size_t r = 0; r < n_rows; ++r) {
+      float acc = 0.0f;
+      for (size_t g = 0; g < ng; ++g) {
+        int32_t dot = 0;
+        for (size_t c = 32 * g; c < 32 * g + 32; ++c) dot += codes[r * d + c] * q8[i * d + c];
+        const float scale = Fp16ToFp32(scales[r * ng + g]);
+        acc = g == 0 ? (alpha[i] * scale) * static_cast<float>(dot)
+                     : std::fma(alpha[i] * scale, static_cast<float>(dot), acc);
+      }
+      scores[i * ld + r] = acc;
+    }
+  }
 }
 
 void ScoreChannelBlockI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,

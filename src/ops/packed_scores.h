@@ -10,8 +10,8 @@
 // their buffers) took about a quarter of KIVI's decode time; here the queries of 32 blocks
 // are prepared first (their reduction chains overlap), then the blocks' rows are read. On
 // CPUs with AVX512-VNNI one vpdpbusd adds four code x query products per 32-bit lane.
-// Non-goals: head sizes other than 64 and 128 and widths other than 2 and 4 bits on the fast
-// path;
+// Non-goals: head sizes other than 64 and 128 and widths other than 2 and 4 bits (8 for
+// q8_0's signed codes at d = 64) on the fast path;
 // every other case (and every other CPU) runs the general path of ops/code_dot_i8.h and
 // ops/packed_dot_i8.h, which computes the same q8, alpha and integer dots.
 #ifndef KVPACK_OPS_PACKED_SCORES_H_
@@ -87,6 +87,24 @@ void ScoreQ4_0RowsI8Ref(const uint8_t* codes, const uint16_t* scales, size_t n_r
                         float* scores, size_t ld);
 // Whether ScoreQ4_0RowsI8 takes its single-pass kernel for head size d on this CPU.
 bool HasFastQ4_0Scores(size_t d);
+
+// Consecutive q8_0 rows in plane form (kv/codecs/q8_0_codec.h): d / 32 groups of 32 signed
+// int8 codes per row, each with one fp16 scale s (value = s * code, ggml's block_q8_0). For a
+// query quantized by the caller (QuantizeI8: q8_i, alpha_i):
+//   acc = (alpha_i * s_r0) * (q8_i . code_r0); for g >= 1: acc = fma(alpha_i * s_rg, q8_i . code_rg, acc)
+//   scores[i * ld + r] = acc.
+//   codes: [n_rows, d]; scales: [n_rows, d / 32] fp16; q8: [n_q, d]; scores: [n_q, ld].
+// Fast path (AVX512-VNNI, d = 64): ScoreTokenRowsI8's two-group kernel with one code per byte,
+// read as code + 128 (vpdpbusd multiplies unsigned by signed bytes) and 128 x the group's sum
+// of q8 taken off each integer dot, so the result is exact and equals the twin bit for bit.
+// Elsewhere the twin itself (slow; the q8_0 codec takes its float path there instead).
+void ScoreQ8_0RowsI8(const int8_t* codes, const uint16_t* scales, size_t n_rows, size_t d,
+                     const int8_t* q8, const float* alpha, size_t n_q, float* scores,
+                     size_t ld);
+void ScoreQ8_0RowsI8Ref(const int8_t* codes, const uint16_t* scales, size_t n_rows, size_t d,
+                        const int8_t* q8, const float* alpha, size_t n_q, float* scores,
+                        size_t ld);
+bool HasFastQ8_0Scores(size_t d);
 
 }  // namespace kvpack
 

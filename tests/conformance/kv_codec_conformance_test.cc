@@ -55,10 +55,11 @@ std::string Str(const MethodSpec& s, const char* key, const char* fallback) {
   return v ? *v : fallback;
 }
 // Codecs whose 2- and 4-bit keys are scored with an int8 query and whose values of those
-// widths are accumulated with int16 weights (kv/codecs/quant_common.cc, q4_0 in
-// kv/codecs/ggml_block_codec.cc): their fused results carry the terms of kv_integer_bounds.h.
+// widths are accumulated with int16 weights (kv/codecs/quant_common.cc, q4_0 and q8_0 in
+// kv/codecs/q4_0_codec.cc, q8_0_codec.cc): their fused results carry the terms of
+// kv_integer_bounds.h (q8_0 only where its integer kernels run; the bound holds either way).
 bool IntegerKeys(const std::string& codec, const MethodSpec& s) {
-  if (codec == "q4_0") return true;
+  if (codec == "q4_0" || codec == "q8_0") return true;
   static const std::set<std::string> kQuantFamily = {"kivi", "flexgen", "kcvt", "hf", "gear", "gear-l"};
   if (!kQuantFamily.count(codec)) return false;
   // Every family default is at most 4 bits, so a spec without the key is integer too.
@@ -438,10 +439,14 @@ TEST_P(CodecConformance, FusedKernelsMatchDecode) {
   const auto q = Normal(n_q * d(), 4, 0.5f);
   const bool integer = IntegerKeys(GetParam().codec, spec());
   // The bound's `range` caps code * scale: the spread of the data for the min-max
-  // quantizers; for q4_0 (scale |d| = max|x| / 8 of the block, codes <= 15) 15/8 max|x|.
+  // quantizers; for q4_0 (scale |d| = max|x| / 8 of the block, codes <= 15) 15/8 max|x|; for
+  // q8_0 (|code| <= 127, d = max|x| / 127 of the block, rounded to fp16) max|x| (1 + 2^-11).
   double max_abs = 0.0;
   for (float x : rows) max_abs = std::max(max_abs, std::fabs(static_cast<double>(x)));
-  const double key_range = GetParam().codec == "q4_0" ? 15.0 / 8.0 * max_abs : SpreadOf(rows);
+  const std::string& codec = GetParam().codec;
+  const double key_range = codec == "q4_0"   ? 15.0 / 8.0 * max_abs
+                           : codec == "q8_0" ? max_abs * (1.0 + std::ldexp(1.0, -11))
+                                             : SpreadOf(rows);
   for (int h = 0; h < kHeads; ++h) {
     const auto dec = DecodeAll(*s, h);
     // Tiles like attention.cc's (128 tokens from an arbitrary segment start) and odd ones.

@@ -300,5 +300,62 @@ TEST(CodeDotI16, Q4_0TileMatchesTheTwinOnEveryTarget) {
   if (!saw_fused) GTEST_SKIP() << "no AVX512-VNNI + VBMI here: only the composed path ran";
 }
 
+// q8_0 plane rows (signed codes, scale-only parameters, no min): where the fused kernel runs
+// (d = 64 with AVX512-VNNI + VBMI) out equals the twin bit for bit; and the twin is within
+// the int16 step bound (s / 2 * sum_k |code_k|) plus float summation of the exact sum.
+// Codes cover the whole int8 range; row counts around the 16-row steps and the 64-row tile.
+TEST(CodeDotI16, Q8_0TileMatchesTheTwinAndTheExactSum) {
+  bool saw_fused = false;
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::mt19937 rng(12);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (size_t d : {32, 64, 128}) {
+      const size_t ng = d / 32;
+      for (size_t n_rows : {1, 2, 15, 16, 17, 40, 63, 64}) {
+        saw_fused = saw_fused || HasFusedQ8_0ValueKernel(d, n_rows);
+        for (size_t n_q : {1, 3, 4, 5}) {
+          const size_t ldp = n_rows + 2;
+          std::vector<float> p(n_q * ldp);
+          for (auto& x : p) x = std::fabs(u(rng));
+          if (n_q > 1) std::fill(p.begin() + ldp, p.begin() + 2 * ldp, 0.0f);
+          std::vector<uint16_t> scales(n_rows * ng);
+          for (auto& x : scales) x = Fp32ToFp16(0.1f * u(rng));
+          std::vector<int8_t> codes(n_rows * d);
+          for (auto& b : codes) b = static_cast<int8_t>(rng());
+          std::vector<float> base(n_q * d);
+          for (auto& x : base) x = u(rng);
+          std::vector<float> out = base, out_ref = base;
+          AccumulateQ8_0RowsI16(p.data(), ldp, n_q, scales.data(), codes.data(), n_rows, d,
+                                out.data());
+          AccumulateQ8_0RowsI16Ref(p.data(), ldp, n_q, scales.data(), codes.data(), n_rows, d,
+                                   out_ref.data());
+          ASSERT_EQ(out, out_ref) << hwy::TargetName(target) << " d " << d << " rows " << n_rows
+                                  << " n_q " << n_q;
+          for (size_t i = 0; i < n_q; ++i) {
+            for (size_t c = 0; c < d; ++c) {
+              double exact = base[i * d + c], wmax = 0.0, codes_sum = 0.0;
+              double mag = std::fabs(exact);
+              for (size_t k = 0; k < n_rows; ++k) {
+                const double w = p[i * ldp + k] * Fp16ToFp32(scales[k * ng + c / 32]);
+                exact += w * codes[k * d + c];
+                wmax = std::max(wmax, std::fabs(w));
+                codes_sum += std::abs(codes[k * d + c]);
+                mag += std::fabs(w * codes[k * d + c]);
+              }
+              const double bound = wmax / 32767.0 / 2.0 * codes_sum * (1.0 + 1e-6) +
+                                   4.0 * (n_rows + 1) * std::ldexp(1.0, -24) * (mag + 1e-30);
+              ASSERT_NEAR(out_ref[i * d + c], exact, bound) << "d " << d << " c " << c;
+            }
+          }
+          ASSERT_NE(out, base);  // not vacuous
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  if (!saw_fused) GTEST_SKIP() << "no AVX512-VNNI + VBMI here: only the twin ran";
+}
+
 }  // namespace
 }  // namespace kvpack

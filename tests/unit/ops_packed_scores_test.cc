@@ -253,5 +253,67 @@ TEST(Q4_0RowScores, EqualTheTwinOnEveryTarget) {
   if (fast_runs == 0) GTEST_SKIP() << "no AVX512-VNNI: only the general path was compared";
 }
 
+// q8_0 plane rows: signed codes in 32-channel groups with one scale each. The fast path
+// (d = 64 with AVX512-VNNI) reads each code as code + 128 and takes 128 x sum(q8) back off:
+// it equals the twin bit for bit, and the twin is alpha * sum_g s_g (q8 . code)_g within the
+// float rounding of its two steps per group. Codes cover the whole int8 range (-128 too, the
+// one ggml never writes), scales both signs, row counts around the 16-row steps, 1 to 9
+// queries (passes of up to 4).
+TEST(Q8_0RowScores, EqualTheTwinAndTheExactSum) {
+  int fast_runs = 0;
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::mt19937 rng(29);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    for (size_t d : {32, 64, 128}) {
+      const size_t ng = d / 32;
+      fast_runs += HasFastQ8_0Scores(d);
+      for (size_t n_rows : {1, 5, 16, 17, 40, 100}) {
+        for (size_t n_q : {1, 2, 3, 4, 5, 9}) {
+          std::vector<int8_t> codes(n_rows * d);
+          for (auto& b : codes) b = static_cast<int8_t>(rng());
+          // Extreme rows: every code at one end, against an extreme query below.
+          std::fill(codes.begin(), codes.begin() + d, int8_t{-128});
+          std::vector<uint16_t> scales(n_rows * ng);
+          for (auto& x : scales) x = Fp32ToFp16(g(rng) * 0.1f);
+          std::vector<int8_t> q8(n_q * d);
+          for (auto& x : q8) x = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+          std::fill(q8.begin(), q8.begin() + d, int8_t{127});
+          std::vector<float> alpha(n_q);
+          for (auto& x : alpha) x = std::fabs(g(rng)) * 0.01f;
+          const size_t ld = n_rows + 3;
+          std::vector<float> fast(n_q * ld, -5.0f), ref(n_q * ld, -5.0f);
+          ScoreQ8_0RowsI8(codes.data(), scales.data(), n_rows, d, q8.data(), alpha.data(), n_q,
+                          fast.data(), ld);
+          ScoreQ8_0RowsI8Ref(codes.data(), scales.data(), n_rows, d, q8.data(), alpha.data(),
+                             n_q, ref.data(), ld);
+          ASSERT_EQ(fast, ref) << hwy::TargetName(target) << " d " << d << " rows " << n_rows
+                               << " n_q " << n_q;
+          for (size_t i = 0; i < n_q; ++i) {
+            for (size_t r = 0; r < n_rows; ++r) {
+              double exact = 0.0, terms = 0.0;
+              for (size_t k = 0; k < ng; ++k) {
+                int64_t dot = 0;
+                for (size_t c = 32 * k; c < 32 * k + 32; ++c) dot += codes[r * d + c] * q8[i * d + c];
+                const double s = Fp16ToFp32(scales[r * ng + k]);
+                exact += alpha[i] * s * static_cast<double>(dot);
+                terms += std::fabs(alpha[i] * s * static_cast<double>(dot));
+              }
+              // Per group: alpha * s rounded, the product rounded, the sum rounded.
+              ASSERT_NEAR(ref[i * ld + r], exact, 4.0 * std::ldexp(terms, -24) + 1e-30)
+                  << "d " << d << " row " << r;
+            }
+          }
+          if (n_rows > 1) {
+            EXPECT_NE(ref[0], ref[1]);  // not vacuous
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  if (fast_runs == 0) GTEST_SKIP() << "no AVX512-VNNI: only the twin ran";
+}
+
 }  // namespace
 }  // namespace kvpack

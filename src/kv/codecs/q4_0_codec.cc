@@ -1,11 +1,10 @@
 #include "kv/codecs/q4_0_codec.h"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 #include <vector>
 
-#include "core/aligned_buffer.h"
+#include "kv/codecs/block_planes.h"
 #include "kv/codecs/quant_common.h"
 #include "ops/code_dot_i16.h"
 #include "ops/code_unpack.h"
@@ -46,8 +45,7 @@ class Q4_0Store final : public ComponentStore {
   explicit Q4_0Store(const StoreShape& shape)
       : shape_(shape),
         n_blocks_(shape.head_dim / 32),
-        row_bytes_(shape.head_dim / 2),
-        heads_(shape.n_kv_heads) {}
+        heads_(shape.n_kv_heads, BlockPlanes(shape.head_dim / 2, shape.head_dim / 32)) {}
 
   std::string spec() const override { return "q4_0"; }
 
@@ -56,20 +54,17 @@ class Q4_0Store final : public ComponentStore {
     KVPACK_RETURN_IF_ERROR(CheckQuantInput(rows, n_tokens * row_len, shape_, true));
     std::vector<BlockQ4_0> blocks(n_blocks_);
     for (int h = 0; h < shape_.n_kv_heads; ++h) {
-      Planes& p = heads_[h];
-      const int64_t old = n_tokens_of(p);
-      p.codes.Resize((old + n_tokens) * row_bytes_);
-      p.scales.Resize((old + n_tokens) * n_blocks_);
+      BlockPlanes& p = heads_[h];
+      const int64_t old = p.Grow(n_tokens);
       for (int64_t t = 0; t < n_tokens; ++t) {
         QuantizeRowQ4_0(rows + t * row_len + h * d, blocks.data(), d);
-        Q4_0BlocksToPlanes(blocks.data(), n_blocks_, p.codes.data() + (old + t) * row_bytes_,
-                           p.scales.data() + (old + t) * n_blocks_);
+        Q4_0BlocksToPlanes(blocks.data(), n_blocks_, p.codes(old + t), p.scales(old + t));
       }
     }
     return Status::Ok();
   }
 
-  int64_t n_tokens(int head) const override { return n_tokens_of(heads_[head]); }
+  int64_t n_tokens(int head) const override { return heads_[head].n_tokens(); }
 
   // Keys: the int8 query of the grouped algebra (quant_common.h) scored straight from the
   // planes (ScoreQ4_0RowsI8: 32-channel groups with scale d and min -8d).
@@ -78,9 +73,9 @@ class Q4_0Store final : public ComponentStore {
     const int d = shape_.head_dim;
     CodeTileScratch& t = TileScratch(d);
     PrepareGroupedQueryI8(q, n_q, d, 32, t);
-    const Planes& p = heads_[head];
-    ScoreQ4_0RowsI8(p.codes.data() + t0 * row_bytes_, p.scales.data() + t0 * n_blocks_, t1 - t0,
-                    d, t.q8.data(), t.alpha.data(), t.qm.data(), n_q, scores, t1 - t0);
+    const BlockPlanes& p = heads_[head];
+    ScoreQ4_0RowsI8(p.codes(t0), p.scales(t0), t1 - t0, d, t.q8.data(), t.alpha.data(),
+                    t.qm.data(), n_q, scores, t1 - t0);
   }
 
   // Values: per tile of rows, the weights p * d with int16 quantization where the CPU has
@@ -90,73 +85,41 @@ class Q4_0Store final : public ComponentStore {
     const int d = shape_.head_dim;
     CodeTileScratch& t = TileScratch(d);
     t.msum.assign(static_cast<size_t>(n_q) * n_blocks_, 0.0f);
-    const Planes& pl = heads_[head];
+    const BlockPlanes& pl = heads_[head];
     for (int64_t a = t0; a < t1; a += kTileRowsMax) {
       const int64_t e = std::min(t1, a + kTileRowsMax);
-      AccumulateQ4_0RowsI16(p + (a - t0), t1 - t0, n_q, pl.scales.data() + a * n_blocks_,
-                            pl.codes.data() + a * row_bytes_, e - a, d, out, t.msum.data());
+      AccumulateQ4_0RowsI16(p + (a - t0), t1 - t0, n_q, pl.scales(a), pl.codes(a), e - a, d,
+                            out, t.msum.data());
     }
     AddGroupedMinSums(n_q, d, 0, 32, t, out);
   }
 
   // Through ggml's own block form and dequantizer, so the values are llama.cpp's.
   void Decode(int head, int64_t t0, int64_t t1, float* out) const override {
-    const Planes& p = heads_[head];
+    const BlockPlanes& p = heads_[head];
     std::vector<BlockQ4_0> blocks(n_blocks_);
     for (int64_t t = t0; t < t1; ++t) {
-      Q4_0PlanesToBlocks(p.codes.data() + t * row_bytes_, p.scales.data() + t * n_blocks_,
-                         n_blocks_, blocks.data());
+      Q4_0PlanesToBlocks(p.codes(t), p.scales(t), n_blocks_, blocks.data());
       DequantizeQ4_0Blocks(reinterpret_cast<const uint8_t*>(blocks.data()), n_blocks_,
                            out + (t - t0) * shape_.head_dim);
     }
   }
 
   Status Retain(int head, std::span<const int64_t> keep) override {
-    Planes& p = heads_[head];
-    KVPACK_RETURN_IF_ERROR(CheckRetainIndices(keep, n_tokens(head)));
-    int64_t w = 0;
-    for (int64_t idx : keep) {
-      if (idx != w) {
-        std::memmove(p.codes.data() + w * row_bytes_, p.codes.data() + idx * row_bytes_,
-                     row_bytes_);
-        std::memmove(p.scales.data() + w * n_blocks_, p.scales.data() + idx * n_blocks_,
-                     n_blocks_ * sizeof(uint16_t));
-      }
-      ++w;
-    }
-    p.codes.Resize(w * row_bytes_);
-    p.scales.Resize(w * n_blocks_);
-    p.codes.ShrinkToFit();
-    p.scales.ShrinkToFit();
-    return Status::Ok();
+    return heads_[head].Retain(keep);
   }
 
   // Per block: 16 code bytes and one fp16 scale (ggml's 18 bytes).
   MemoryUsage Memory() const override {
     MemoryUsage m;
-    for (const Planes& p : heads_) {
-      m.code_bytes += p.codes.size();
-      m.scale_bytes += p.scales.size() * sizeof(uint16_t);
-      m.reserved_bytes += p.codes.capacity_bytes() - p.codes.size() +
-                          (p.scales.capacity() - p.scales.size()) * sizeof(uint16_t);
-      m.n_values += static_cast<int64_t>(p.scales.size()) * 32;
-    }
+    for (const BlockPlanes& p : heads_) p.AddMemory(m);
     return m;
   }
 
  private:
-  struct Planes {
-    AlignedBuffer<uint8_t> codes;    // [n_tokens, head_dim / 2] packed 4-bit codes
-    AlignedBuffer<uint16_t> scales;  // [n_tokens, head_dim / 32] fp16 block scales
-  };
-  int64_t n_tokens_of(const Planes& p) const {
-    return static_cast<int64_t>(p.scales.size()) / n_blocks_;
-  }
-
   StoreShape shape_;
-  int n_blocks_;      // blocks per row (head_dim / 32)
-  size_t row_bytes_;  // code bytes per row (head_dim / 2)
-  std::vector<Planes> heads_;
+  int n_blocks_;                    // blocks per row (head_dim / 32)
+  std::vector<BlockPlanes> heads_;  // per head: codes [n_tokens, head_dim / 2] packed 4-bit
 };
 
 }  // namespace
