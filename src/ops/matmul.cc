@@ -1,16 +1,43 @@
 #include "ops/matmul.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "core/check.h"
+#include "core/half.h"
 #include "ops/ggml_quants.h"
+#include "ops/q8_0_dot.h"
 #include "ops/vec.h"
 
 namespace kvpack {
 namespace {
 
 constexpr int64_t kRowTile = 16;  // weight rows dequantized together during prefill
+
+// q8_0 weights with ggml's numerics (ops/q8_0_dot.h): each token's activations quantized
+// once, then integer block products; many tokens share each 16-row tile while it is cached.
+void MatMulQ8_0(const WeightMatrix& w, const float* x, int64_t n_tok, float* y,
+                ThreadPool* pool) {
+  thread_local Q8_0Activations xq;  // the calling thread's; the workers only read it
+  xq.Quantize(x, n_tok, w.n_in);
+  const Q8_0Activations& xr = xq;
+  if (n_tok == 1) {
+    pool->ParallelFor(w.n_out, 8, [&](int64_t begin, int64_t end, int) {
+      DotQ8_0Q8_0Rows(w.data + begin * w.row_bytes, w.row_bytes, end - begin, xr, 0, y + begin);
+    });
+    return;
+  }
+  pool->ParallelFor(w.n_out, kRowTile, [&](int64_t begin, int64_t end, int) {
+    for (int64_t o0 = begin; o0 < end; o0 += kRowTile) {
+      const int64_t n_rows = std::min(kRowTile, end - o0);
+      for (int64_t t = 0; t < n_tok; ++t) {
+        DotQ8_0Q8_0Rows(w.data + o0 * w.row_bytes, w.row_bytes, n_rows, xr, t,
+                        y + t * w.n_out + o0);
+      }
+    }
+  });
+}
 
 }  // namespace
 
@@ -38,10 +65,8 @@ float DotWeightRow(const WeightMatrix& w, int64_t row, const float* x, float* sc
 
 void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, ThreadPool* pool) {
   KVPACK_CHECK(pool != nullptr);
-  if (n_tok == 1 && w.type == GgmlType::kQ8_0) {
-    pool->ParallelFor(w.n_out, 8, [&](int64_t begin, int64_t end, int) {
-      DotQ8_0F32Rows(w.data + begin * w.row_bytes, w.row_bytes, end - begin, x, w.n_in, y + begin);
-    });
+  if (w.type == GgmlType::kQ8_0) {
+    MatMulQ8_0(w, x, n_tok, y, pool);
     return;
   }
   if (n_tok == 1) {
@@ -72,6 +97,26 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, Thre
 }
 
 void MatMulRef(const WeightMatrix& w, const float* x, int64_t n_tok, float* y) {
+  if (w.type == GgmlType::kQ8_0) {
+    // ggml's numerics: activations quantized to q8_0, exact block sums, then in double.
+    const int64_t nb = w.n_in / 32;
+    std::vector<BlockQ8_0> xq(nb);
+    for (int64_t t = 0; t < n_tok; ++t) {
+      QuantizeRowQ8_0(x + t * w.n_in, xq.data(), w.n_in);
+      for (int64_t o = 0; o < w.n_out; ++o) {
+        double sum = 0.0;
+        for (int64_t b = 0; b < nb; ++b) {
+          BlockQ8_0 wb;
+          std::memcpy(&wb, w.data + o * w.row_bytes + b * sizeof(BlockQ8_0), sizeof(wb));
+          int64_t sumi = 0;
+          for (int j = 0; j < 32; ++j) sumi += wb.qs[j] * xq[b].qs[j];
+          sum += static_cast<double>(sumi) * Fp16ToFp32(wb.d) * Fp16ToFp32(xq[b].d);
+        }
+        y[t * w.n_out + o] = static_cast<float>(sum);
+      }
+    }
+    return;
+  }
   std::vector<float> row(w.n_in);
   for (int64_t o = 0; o < w.n_out; ++o) {
     DequantizeWeightRow(w, o, row.data());

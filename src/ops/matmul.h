@@ -1,7 +1,7 @@
 // Matrix products against GGUF weight matrices of any supported ggml type.
 //
 // Design goals: one entry point for prefill (many tokens: dequantize a tile of weight rows
-// once and reuse it for every token) and decode (one token: dot products straight on the
+// once and reuse it for every token; q8_0 rows are read as they are) and decode (one token: dot products straight on the
 // packed rows, memory-bandwidth bound); parallel over output rows; deterministic for a given
 // thread count.
 #ifndef KVPACK_OPS_MATMUL_H_
@@ -28,7 +28,11 @@ struct WeightMatrix {
 //   x: [n_tok, n_in] row-major; y: [n_tok, n_out] row-major.
 void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, ThreadPool* pool);
 
-// Scalar oracle: dequantizes each row (ggml_quants.h) and accumulates in double.
+// q8_0 weights take ggml's numerics: each token's activations are quantized to q8_0 blocks
+// and multiplied block by block in integers (ops/q8_0_dot.h), in prefill and decode alike.
+//
+// Scalar oracle: dequantizes each row (ggml_quants.h) and accumulates in double; for q8_0,
+// the same activation quantization and exact block sums, then double.
 void MatMulRef(const WeightMatrix& w, const float* x, int64_t n_tok, float* y);
 
 // One output element: dot of weight row `row` with x[n_in] (decode and tests).

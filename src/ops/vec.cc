@@ -141,12 +141,6 @@ float DotQ8_0F32Impl(const void* a, const float* b, size_t n) {
   return DotQ8_0Row(static_cast<const uint8_t*>(a), b, n);
 }
 
-void DotQ8_0F32RowsImpl(const void* rows, size_t row_bytes, size_t n_rows, const float* x,
-                        size_t n, float* y) {
-  const auto* p = static_cast<const uint8_t*>(rows);
-  for (size_t r = 0; r < n_rows; ++r) y[r] = DotQ8_0Row(p + r * row_bytes, x, n);
-}
-
 void AxpyF32Impl(float s, const float* x, float* y, size_t n) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
@@ -422,7 +416,6 @@ HWY_EXPORT(DotF32Impl);
 HWY_EXPORT(DotF16F32Impl);
 HWY_EXPORT(DotBF16F32Impl);
 HWY_EXPORT(DotQ8_0F32Impl);
-HWY_EXPORT(DotQ8_0F32RowsImpl);
 HWY_EXPORT(AxpyF32Impl);
 HWY_EXPORT(AxpyF16Impl);
 HWY_EXPORT(ConvertF32ToF16Impl);
@@ -468,10 +461,6 @@ float DotBF16F32(const uint16_t* a, const float* b, size_t n) {
 }
 float DotQ8_0F32(const void* a, const float* b, size_t n) {
   return HWY_DYNAMIC_DISPATCH(DotQ8_0F32Impl)(a, b, n);
-}
-void DotQ8_0F32Rows(const void* rows, size_t row_bytes, size_t n_rows, const float* x,
-                    size_t n, float* y) {
-  HWY_DYNAMIC_DISPATCH(DotQ8_0F32RowsImpl)(rows, row_bytes, n_rows, x, n, y);
 }
 void AxpyF32(float s, const float* x, float* y, size_t n) {
   HWY_DYNAMIC_DISPATCH(AxpyF32Impl)(s, x, y, n);

@@ -22,10 +22,6 @@ float DotF16F32(const uint16_t* a, const float* b, size_t n);
 float DotBF16F32(const uint16_t* a, const float* b, size_t n);
 // a: n / 32 ggml block_q8_0 (fp16 d + 32 int8); n % 32 == 0
 float DotQ8_0F32(const void* a, const float* b, size_t n);
-// y[r] = DotQ8_0F32(rows + r * row_bytes, x, n) for r < n_rows, the same floats, in one call
-// (decode's matrix-vector products: no dispatch per row).
-void DotQ8_0F32Rows(const void* rows, size_t row_bytes, size_t n_rows, const float* x,
-                    size_t n, float* y);
 
 // y[i] += s * x[i]
 void AxpyF32(float s, const float* x, float* y, size_t n);

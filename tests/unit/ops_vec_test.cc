@@ -78,38 +78,6 @@ TEST_P(VecTest, DotKernelsMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(Sizes, VecTest, ::testing::Values(1, 7, 16, 33, 64, 100, 257, 1000));
 
-// The rows call gives each row's DotQ8_0F32 bit for bit, rows not packed back to back, on
-// every target.
-TEST(VecTest, DotQ8_0RowsEqualsRowByRow) {
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    std::mt19937 rng(12);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (size_t n : {32, 64, 96, 576, 1536}) {
-      for (size_t n_rows : {1, 3, 4, 5, 9}) {
-        const size_t row_bytes = n / 32 * 34 + 6;  // rows not packed back to back
-        std::vector<uint8_t> rows(n_rows * row_bytes);
-        for (size_t r = 0; r < n_rows; ++r) {
-          for (size_t b = 0; b < n / 32; ++b) {
-            uint8_t* blk = &rows[r * row_bytes + b * 34];
-            const uint16_t scale = Fp32ToFp16(0.01f + 0.1f * std::fabs(u(rng)));
-            std::memcpy(blk, &scale, 2);
-            for (int j = 0; j < 32; ++j) blk[2 + j] = static_cast<uint8_t>(rng());
-          }
-        }
-        std::vector<float> x(n), y(n_rows, -1.0f);
-        for (auto& v : x) v = u(rng);
-        DotQ8_0F32Rows(rows.data(), row_bytes, n_rows, x.data(), n, y.data());
-        for (size_t r = 0; r < n_rows; ++r) {
-          ASSERT_EQ(y[r], DotQ8_0F32(&rows[r * row_bytes], x.data(), n))
-              << hwy::TargetName(target) << " n " << n << " rows " << n_rows << " row " << r;
-        }
-      }
-    }
-  }
-  hwy::SetSupportedTargetsForTest(0);
-}
-
 TEST(VecTest, DotQ8_0MatchesReference) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> code(-127, 127);

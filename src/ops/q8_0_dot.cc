@@ -1,0 +1,185 @@
+// Highway implementation of q8_0_dot.h (foreach_target), the AVX512-VNNI kernel (compiled
+// with a function attribute, chosen at run time) and the twin.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/q8_0_dot.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/half.h"
+#include "ops/code_dot.h"
+#include "ops/q8_0_dot.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvpack {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Per block: the codes widened to int16, multiplied in pairs into int32 lanes, summed
+// exactly; then the twin's float step.
+float DotRowImpl(const uint8_t* row, const BlockQ8_0* x, size_t n) {
+  const hn::CappedTag<int16_t, 16> d16;
+  const hn::Rebind<int8_t, decltype(d16)> d8;
+  const hn::Repartition<int32_t, decltype(d16)> d32;
+  const size_t N = hn::Lanes(d16);
+  float sumf = 0.0f;
+  for (size_t b = 0; b < n / 32; ++b) {
+    const auto* w = reinterpret_cast<const int8_t*>(row + b * sizeof(BlockQ8_0) + 2);
+    auto sum0 = hn::Zero(d32), sum1 = hn::Zero(d32);
+    for (size_t j = 0; j < 32; j += N) {
+      const auto wv = hn::PromoteTo(d16, hn::LoadU(d8, w + j));
+      const auto xv = hn::PromoteTo(d16, hn::LoadU(d8, x[b].qs + j));
+      sum0 = hn::ReorderWidenMulAccumulate(d32, wv, xv, sum0, sum1);
+    }
+    const int32_t sumi = hn::GetLane(hn::SumOfLanes(d32, hn::Add(sum0, sum1)));
+    uint16_t dw;
+    std::memcpy(&dw, row + b * sizeof(BlockQ8_0), sizeof(dw));
+    sumf = std::fma(static_cast<float>(sumi), Fp16ToFp32(dw) * Fp16ToFp32(x[b].d), sumf);
+  }
+  return sumf;
+}
+
+void DotRowsImpl(const uint8_t* rows, size_t row_bytes, size_t n_rows, const BlockQ8_0* x,
+                 size_t n, float* y) {
+  for (size_t r = 0; r < n_rows; ++r) y[r] = DotRowImpl(rows + r * row_bytes, x, n);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kvpack
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define KVPACK_HAVE_Q8_0_VNNI 1
+#define KVPACK_Q8_0_VNNI_ATTR \
+  __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl,avx512vnni")))
+#else
+#define KVPACK_HAVE_Q8_0_VNNI 0
+#endif
+
+namespace kvpack {
+HWY_EXPORT(DotRowsImpl);
+
+namespace {
+
+#if KVPACK_HAVE_Q8_0_VNNI
+// GCC 12's intrinsic headers build some results from `_mm*_undefined_*()`, which
+// -Wuninitialized reports at every inlining site (see ops/code_dot_i16.cc).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+constexpr size_t kPrefetchBytes = 4096;  // weight rows stream from memory (ops/vec.cc's distance)
+
+// acc += four u8 x s8 products per 32-bit lane (the asm keeps GCC from copying the
+// accumulator around the intrinsic; ops/code_dot_i16.cc).
+KVPACK_Q8_0_VNNI_ATTR inline __m256i DotQuads(__m256i acc, __m256i u, __m256i s) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+  return acc;
+}
+
+// One block b of a row: its exact integer lane sums as floats, times d_w * d_x, into acc.
+KVPACK_Q8_0_VNNI_ATTR inline __m256 Block(const uint8_t* blk, const BlockQ8_0& xb,
+                                         const int32_t* offsets, float dx, __m256 acc) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  const __m256i w = _mm256_xor_si256(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)), flip);
+  __m256i dot = DotQuads(_mm256_setzero_si256(), w,
+                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs)));
+  dot = _mm256_sub_epi32(dot, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(offsets)));
+  uint16_t dw;
+  std::memcpy(&dw, blk, sizeof(dw));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(_cvtsh_ss(dw) * dx), acc);
+}
+
+KVPACK_Q8_0_VNNI_ATTR void DotRowsVnni(const uint8_t* rows, size_t row_bytes, size_t n_rows,
+                                       const Q8_0Activations& x, size_t t, float* y) {
+  const size_t n_blocks = x.n() / 32;
+  const BlockQ8_0* xb = x.blocks(t);
+  const int32_t* off = x.lane_offsets(t);
+  const float* dx = x.scales(t);
+  for (size_t r = 0; r < n_rows; ++r) {
+    const uint8_t* row = rows + r * row_bytes;
+    // Even and odd blocks in two chains.
+    __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
+    size_t b = 0;
+    for (; b + 2 <= n_blocks; b += 2) {
+      const uint8_t* blk = row + b * sizeof(BlockQ8_0);
+      _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes), _MM_HINT_T0);
+      even = Block(blk, xb[b], off + 8 * b, dx[b], even);
+      odd = Block(blk + sizeof(BlockQ8_0), xb[b + 1], off + 8 * (b + 1), dx[b + 1], odd);
+    }
+    if (b < n_blocks) even = Block(row + b * sizeof(BlockQ8_0), xb[b], off + 8 * b, dx[b], even);
+    const __m256 s = _mm256_add_ps(even, odd);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    y[r] = _mm_cvtss_f32(h);
+  }
+}
+
+#pragma GCC diagnostic pop
+#endif  // KVPACK_HAVE_Q8_0_VNNI
+
+}  // namespace
+
+bool HasVnniQ8_0Dot() {
+#if KVPACK_HAVE_Q8_0_VNNI
+  static const bool cpu = __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512vnni");
+  // Tests that pin a lower Highway target take the Highway path.
+  return cpu && CodeKernelsUseAvx512();
+#else
+  return false;
+#endif
+}
+
+void Q8_0Activations::Quantize(const float* x, size_t n_tok, size_t n) {
+  const size_t nb = n / 32;
+  n_ = n;
+  blocks_.resize(n_tok * nb);
+  offsets_.resize(n_tok * nb * 8);
+  scales_.resize(n_tok * nb);
+  for (size_t t = 0; t < n_tok; ++t) QuantizeRowQ8_0(x + t * n, &blocks_[t * nb], n);
+  for (size_t b = 0; b < n_tok * nb; ++b) {
+    const int8_t* q = blocks_[b].qs;
+    for (int l = 0; l < 8; ++l) {
+      offsets_[b * 8 + l] = 128 * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
+    }
+    scales_[b] = Fp16ToFp32(blocks_[b].d);
+  }
+}
+
+void DotQ8_0Q8_0Rows(const uint8_t* rows, size_t row_bytes, size_t n_rows,
+                     const Q8_0Activations& x, size_t t, float* y) {
+  if (n_rows == 0) return;
+#if KVPACK_HAVE_Q8_0_VNNI
+  if (HasVnniQ8_0Dot()) {
+    DotRowsVnni(rows, row_bytes, n_rows, x, t, y);
+    return;
+  }
+#endif
+  HWY_DYNAMIC_DISPATCH(DotRowsImpl)(rows, row_bytes, n_rows, x.blocks(t), x.n(), y);
+}
+
+float DotQ8_0Q8_0Ref(const uint8_t* row, const BlockQ8_0* x, size_t n) {
+  float sumf = 0.0f;
+  for (size_t b = 0; b < n / 32; ++b) {
+    BlockQ8_0 w;
+    std::memcpy(&w, row + b * sizeof(BlockQ8_0), sizeof(w));
+    int32_t sumi = 0;
+    for (int j = 0; j < 32; ++j) sumi += w.qs[j] * x[b].qs[j];
+    sumf = std::fma(static_cast<float>(sumi), Fp16ToFp32(w.d) * Fp16ToFp32(x[b].d), sumf);
+  }
+  return sumf;
+}
+
+}  // namespace kvpack
+#endif  // HWY_ONCE
