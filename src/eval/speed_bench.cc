@@ -119,72 +119,79 @@ Result<std::unique_ptr<KvCache>> CacheFromSnapshot(const KvSnapshot& snap, const
   return cache;
 }
 
-// Times decode steps and one prefill chunk on `cache`, which holds `depth` tokens.
-Status TimeCache(const LlamaModel& model, KvCache& cache, int64_t depth, int n_threads,
-                 const SpeedOptions& o, std::mt19937& rng, SpeedPoint& p) {
-  const int64_t n_vocab = model.weights().output.n_out;
-  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(n_vocab - 1));
-  ThreadPool pool(n_threads);
-  ForwardScratch scratch;
-  std::vector<float> logits(n_vocab);
-  int32_t pos = static_cast<int32_t>(depth);
-  p.kv_bytes = static_cast<double>(cache.Memory().payload_bytes());
-  p.kv_bits_per_value = cache.Memory().bits_per_value();
-  std::vector<double> decode_rates;
-  for (int r = 0; r < o.repeats; ++r) {
-    const auto t0 = Clock::now();
-    for (int64_t i = 0; i < o.n_decode; ++i, ++pos) {
-      const int32_t next = tok(rng);
-      KVPACK_RETURN_IF_ERROR(LlamaForward(model, &next, &pos, 1, cache, LogitsFor::kLastToken,
-                                          logits.data(), scratch, &pool));
-    }
-    decode_rates.push_back(o.n_decode / std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  std::vector<int32_t> prompt(o.n_prefill), positions(o.n_prefill);
-  for (int64_t i = 0; i < o.n_prefill; ++i) {
-    prompt[i] = tok(rng);
-    positions[i] = pos + static_cast<int32_t>(i);
-  }
-  const auto t0 = Clock::now();
-  KVPACK_RETURN_IF_ERROR(LlamaForward(model, prompt.data(), positions.data(), o.n_prefill, cache,
-                                      LogitsFor::kLastToken, logits.data(), scratch, &pool));
-  p.prefill_tok_s = o.n_prefill / std::chrono::duration<double>(Clock::now() - t0).count();
-  p.decode_tok_s = Median(decode_rates);
-  return Status::Ok();
-}
+// One spec under measurement: a cache (or, for specs with an eviction policy, a session)
+// that tokens are appended to at the next positions, one decode step or one prefill chunk
+// per call.
+class Timed {
+ public:
+  virtual ~Timed() = default;
+  virtual Status Eval(std::span<const int32_t> tokens) = 0;
+  virtual MemoryUsage Memory() const = 0;
+};
 
-// The same measurement through Session::Eval, for specs whose policy needs the real fill.
-Status TimeSession(std::shared_ptr<const LlamaModel> model, const std::string& spec,
-                   std::span<const int32_t> fill, int n_threads, const SpeedOptions& o,
-                   std::mt19937& rng, SpeedPoint& p) {
-  const int64_t n_vocab = model->weights().output.n_out;
-  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(n_vocab - 1));
+// A cache built from the snapshot, driven by LlamaForward directly.
+class TimedCache final : public Timed {
+ public:
+  TimedCache(const LlamaModel& model, std::unique_ptr<KvCache> cache, int64_t depth,
+             ThreadPool* pool)
+      : model_(model), cache_(std::move(cache)), pos_(static_cast<int32_t>(depth)), pool_(pool),
+        logits_(model.weights().output.n_out) {}
+  Status Eval(std::span<const int32_t> tokens) override {
+    std::vector<int32_t> pos(tokens.size());
+    for (size_t i = 0; i < pos.size(); ++i) pos[i] = pos_++;
+    return LlamaForward(model_, tokens.data(), pos.data(), static_cast<int>(tokens.size()),
+                        *cache_, LogitsFor::kLastToken, logits_.data(), scratch_, pool_);
+  }
+  MemoryUsage Memory() const override { return cache_->Memory(); }
+
+ private:
+  const LlamaModel& model_;
+  std::unique_ptr<KvCache> cache_;
+  int32_t pos_;
+  ThreadPool* pool_;
+  ForwardScratch scratch_;
+  std::vector<float> logits_;
+};
+
+// A session filled through Session::Eval (the policy sees the real attention).
+class TimedSession final : public Timed {
+ public:
+  explicit TimedSession(std::unique_ptr<Session> session)
+      : session_(std::move(session)), logits_(session_->n_vocab()) {}
+  Status Eval(std::span<const int32_t> tokens) override {
+    return session_->Eval(tokens, LogitsFor::kLastToken, logits_.data());
+  }
+  MemoryUsage Memory() const override { return session_->cache().Memory(); }
+
+ private:
+  std::unique_ptr<Session> session_;
+  std::vector<float> logits_;
+};
+
+Result<std::unique_ptr<Timed>> MakeTimedSession(std::shared_ptr<const LlamaModel> model,
+                                                const std::string& spec,
+                                                std::span<const int32_t> fill, int n_threads,
+                                                const SpeedOptions& o) {
   SessionOptions so;
   so.n_threads = n_threads;
   so.kv_spec = spec;
   so.n_ctx = static_cast<int64_t>(fill.size()) + o.repeats * o.n_decode + o.n_prefill;
   so.n_batch = o.n_batch;
   KVPACK_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, Session::Create(model, so));
-  std::vector<float> logits(n_vocab);
+  std::vector<float> logits(session->n_vocab());
   if (!fill.empty()) KVPACK_RETURN_IF_ERROR(session->Eval(fill, LogitsFor::kLastToken, logits.data()));
-  p.kv_bytes = static_cast<double>(session->cache().Memory().payload_bytes());
-  p.kv_bits_per_value = session->cache().Memory().bits_per_value();
-  std::vector<double> decode_rates;
-  for (int r = 0; r < o.repeats; ++r) {
-    const auto t0 = Clock::now();
-    for (int64_t i = 0; i < o.n_decode; ++i) {
-      const int32_t next = tok(rng);
-      KVPACK_RETURN_IF_ERROR(session->Eval({&next, 1}, LogitsFor::kLastToken, logits.data()));
-    }
-    decode_rates.push_back(o.n_decode / std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  std::vector<int32_t> prompt(o.n_prefill);
-  for (auto& t : prompt) t = tok(rng);
+  return std::unique_ptr<Timed>(new TimedSession(std::move(session)));
+}
+
+double TimeTokens(Timed& t, std::span<const int32_t> tokens, bool one_by_one, Status& status) {
   const auto t0 = Clock::now();
-  KVPACK_RETURN_IF_ERROR(session->Eval(prompt, LogitsFor::kLastToken, logits.data()));
-  p.prefill_tok_s = o.n_prefill / std::chrono::duration<double>(Clock::now() - t0).count();
-  p.decode_tok_s = Median(decode_rates);
-  return Status::Ok();
+  if (one_by_one) {
+    for (size_t i = 0; i < tokens.size() && status.ok(); ++i) status = t.Eval(tokens.subspan(i, 1));
+  } else {
+    status = t.Eval(tokens);
+  }
+  return static_cast<double>(tokens.size()) /
+         std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 }  // namespace
@@ -215,23 +222,50 @@ Result<std::vector<SpeedPoint>> MeasureSpeed(std::shared_ptr<const LlamaModel> m
   const KvCacheShape shape{c.n_layers, c.n_kv_heads, c.head_dim};
   const double weight_bytes = static_cast<double>(model->weights().DecodeBytesPerToken(c));
   std::vector<SpeedPoint> points;
+  std::vector<int32_t> tokens(o.n_decode), prompt(o.n_prefill);
   for (int64_t depth : o.depths) {
     for (int threads : o.threads) {
+      // Every spec's cache first, then the repeats in rounds over the specs, so that a drift
+      // of the machine's speed (other tenants, memory bandwidth) falls on all specs alike.
+      ThreadPool pool(threads);
+      std::vector<std::unique_ptr<Timed>> timed;
       for (size_t s = 0; s < specs.size(); ++s) {
-        SpeedPoint p;
-        p.kv_spec = o.kv_specs[s];
-        p.n_threads = threads;
-        p.depth = depth;
         if (specs[s].policy) {
-          KVPACK_RETURN_IF_ERROR(TimeSession(model, o.kv_specs[s], {fill.data(), size_t(depth)},
-                                             threads, o, rng, p));
+          KVPACK_ASSIGN_OR_RETURN(
+              std::unique_ptr<Timed> t,
+              MakeTimedSession(model, o.kv_specs[s], {fill.data(), size_t(depth)}, threads, o));
+          timed.push_back(std::move(t));
         } else {
           KVPACK_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache,
                                   CacheFromSnapshot(snap, shape, o.kv_specs[s], depth, o.n_batch));
-          KVPACK_RETURN_IF_ERROR(TimeCache(*model, *cache, depth, threads, o, rng, p));
+          timed.push_back(std::make_unique<TimedCache>(*model, std::move(cache), depth, &pool));
         }
-        p.bytes_per_token = weight_bytes + p.kv_bytes;
-        points.push_back(p);
+      }
+      std::vector<SpeedPoint> round(specs.size());
+      std::vector<std::vector<double>> rates(specs.size());
+      for (size_t s = 0; s < specs.size(); ++s) {
+        round[s].kv_spec = o.kv_specs[s];
+        round[s].n_threads = threads;
+        round[s].depth = depth;
+        const MemoryUsage m = timed[s]->Memory();
+        round[s].kv_bytes = static_cast<double>(m.payload_bytes());
+        round[s].kv_bits_per_value = m.bits_per_value();
+      }
+      Status status;
+      for (int r = 0; r < o.repeats; ++r) {
+        for (size_t s = 0; s < specs.size(); ++s) {
+          for (auto& t : tokens) t = tok(rng);
+          rates[s].push_back(TimeTokens(*timed[s], tokens, true, status));
+          KVPACK_RETURN_IF_ERROR(status);
+        }
+      }
+      for (size_t s = 0; s < specs.size(); ++s) {
+        for (auto& t : prompt) t = tok(rng);
+        round[s].prefill_tok_s = TimeTokens(*timed[s], prompt, false, status);
+        KVPACK_RETURN_IF_ERROR(status);
+        round[s].decode_tok_s = Median(rates[s]);
+        round[s].bytes_per_token = weight_bytes + round[s].kv_bytes;
+        points.push_back(round[s]);
       }
     }
   }
