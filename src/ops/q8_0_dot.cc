@@ -47,6 +47,40 @@ void DotRowsImpl(const uint8_t* rows, size_t row_bytes, size_t n_rows, const Blo
   for (size_t r = 0; r < n_rows; ++r) y[r] = DotRowImpl(rows + r * row_bytes, x, n);
 }
 
+// QuantizeRowQ8_0's rules vector by vector, bit for bit: amax ignores NaN as fmax does,
+// d = amax / 127 and id = 1 / d (0 when d is 0), round half away from zero (std::round: the
+// truncation plus one step away from zero where the dropped fraction is at least 1/2; the
+// fraction v - trunc(v) is exact), then SafeToInt8 (NaN -> 0, clamp to [-128, 127]).
+void QuantizeRowsImpl(const float* x, size_t n, BlockQ8_0* out) {
+  const hn::CappedTag<float, 16> d;
+  const hn::Rebind<int32_t, decltype(d)> di;
+  const hn::Rebind<int8_t, decltype(d)> d8;
+  const size_t N = hn::Lanes(d);
+  for (size_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + 32 * b;
+    auto vmax = hn::Zero(d);
+    for (size_t j = 0; j < 32; j += N) {
+      const auto a = hn::Abs(hn::LoadU(d, xb + j));
+      vmax = hn::IfThenElse(hn::Gt(a, vmax), a, vmax);  // NaN compares false: ignored
+    }
+    const float amax = hn::GetLane(hn::MaxOfLanes(d, vmax));
+    const float dq = amax / 127.0f;
+    const float id = dq != 0.0f ? 1.0f / dq : 0.0f;
+    out[b].d = Fp32ToFp16(dq);
+    const auto vid = hn::Set(d, id), half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f);
+    const auto lo = hn::Set(d, -128.0f), hi = hn::Set(d, 127.0f);
+    for (size_t j = 0; j < 32; j += N) {
+      const auto v = hn::Mul(hn::LoadU(d, xb + j), vid);
+      const auto t = hn::Trunc(v);
+      const auto away = hn::Ge(hn::Abs(hn::Sub(v, t)), half);
+      auto r = hn::Add(t, hn::IfThenElseZero(away, hn::CopySign(one, v)));
+      r = hn::IfThenElseZero(hn::Eq(r, r), r);  // NaN -> 0
+      r = hn::Min(hn::Max(r, lo), hi);
+      hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, r)), d8, out[b].qs + j);
+    }
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kvpack
 HWY_AFTER_NAMESPACE();
@@ -64,6 +98,7 @@ HWY_AFTER_NAMESPACE();
 
 namespace kvpack {
 HWY_EXPORT(DotRowsImpl);
+HWY_EXPORT(QuantizeRowsImpl);
 
 namespace {
 
@@ -147,7 +182,9 @@ void Q8_0Activations::Quantize(const float* x, size_t n_tok, size_t n) {
   blocks_.resize(n_tok * nb);
   offsets_.resize(n_tok * nb * 8);
   scales_.resize(n_tok * nb);
-  for (size_t t = 0; t < n_tok; ++t) QuantizeRowQ8_0(x + t * n, &blocks_[t * nb], n);
+  for (size_t t = 0; t < n_tok; ++t) {
+    HWY_DYNAMIC_DISPATCH(QuantizeRowsImpl)(x + t * n, n, &blocks_[t * nb]);
+  }
   for (size_t b = 0; b < n_tok * nb; ++b) {
     const int8_t* q = blocks_[b].qs;
     for (int l = 0; l < 8; ++l) {

@@ -21,8 +21,9 @@
 namespace kvpack {
 
 // Activations of n_tok tokens (n values each, n % 32 == 0) quantized to q8_0 blocks by ggml's
-// reference quantizer (QuantizeRowQ8_0), with what the AVX512-VNNI kernel reads besides the
-// codes: per block, 128 x the sums of each 4-byte group of codes and d_x as a float.
+// reference quantizer's rules (QuantizeRowQ8_0; here vectorized, the same blocks bit for
+// bit), with what the AVX512-VNNI kernel reads besides the codes: per block, 128 x the sums
+// of each 4-byte group of codes and d_x as a float.
 class Q8_0Activations {
  public:
   void Quantize(const float* x, size_t n_tok, size_t n);

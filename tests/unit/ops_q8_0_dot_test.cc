@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -103,6 +104,43 @@ TEST(Q8_0Dot, EveryPathMatchesTheTwin) {
   }
   hwy::SetSupportedTargetsForTest(0);
   if (!saw_vnni) GTEST_SKIP() << "no AVX512-VNNI here: only the Highway path was compared";
+}
+
+// The vectorized activation quantizer gives ggml's reference blocks bit for bit on every
+// target: values at exact halves of a step (round half away from zero), just below them,
+// zeros, a block of zeros, NaN (ignored by the max, coded 0), an infinity (d = inf, every
+// code 0), and ordinary Gaussian values.
+TEST(Q8_0Dot, ActivationQuantizerIsGgmls) {
+  const size_t n = 32 * 8;
+  std::vector<float> x(n);
+  std::mt19937 rng(33);
+  std::normal_distribution<float> g(0.0f, 3.0f);
+  for (auto& v : x) v = g(rng);
+  for (int j = 0; j < 32; ++j) {
+    x[32 + j] = static_cast<float>(j) - 15.5f;       // with amax 127, d = 1: exact halves
+    x[64 + j] = std::nextafter(x[32 + j], 0.0f);     // just below them
+    x[96 + j] = 0.0f;
+    x[128 + j] = static_cast<float>(j % 3) - 1.0f;
+  }
+  x[32] = x[64] = 127.0f;
+  x[128] = 3.0f;  // the block's max, so that 1 and -1 sit at 127 / 3
+  x[160 + 5] = std::numeric_limits<float>::quiet_NaN();
+  x[192 + 7] = std::numeric_limits<float>::infinity();
+  x[224 + 9] = -1e30f;
+  std::vector<BlockQ8_0> want(n / 32);
+  QuantizeRowQ8_0(x.data(), want.data(), n);
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    Q8_0Activations xq;
+    xq.Quantize(x.data(), 1, n);
+    for (size_t b = 0; b < n / 32; ++b) {
+      ASSERT_EQ(0, std::memcmp(&want[b], xq.blocks(0) + b, sizeof(BlockQ8_0)))
+          << hwy::TargetName(target) << " block " << b;
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  EXPECT_EQ(want[1].qs[1], -15);  // -14.5 rounds away from zero
+  EXPECT_EQ(want[2].qs[1], -14);  // just above -14.5 does not
 }
 
 }  // namespace
