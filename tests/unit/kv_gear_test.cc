@@ -193,6 +193,30 @@ TEST(GearOutlierTest, CountsAndExtremesPerChannelForKeysPerTokenForValues) {
   }
 }
 
+// With ties the marked set is the k smallest and k largest by (value, position), whichever
+// selection runs (one pass for k = 1, nth_element beyond): compared with a sort.
+TEST(GearOutlierTest, TiesAreBrokenByPosition) {
+  const int heads = 1, d = 64;
+  for (int64_t n : {24, 100, 640}) {  // keys: k = 1, 5, 32 with s = 0.1
+    std::vector<float> x(n * d);
+    std::mt19937 rng(static_cast<uint32_t>(n));
+    for (auto& v : x) v = static_cast<float>(static_cast<int>(rng() % 7) - 3);  // many ties
+    std::vector<uint8_t> mask(n * d);
+    SelectOutliers(x.data(), n, heads, d, KvComponent::kKey, 0.1, mask.data());
+    const int64_t k = OutliersPerSide(0.1, n);
+    for (int j = 0; j < d; ++j) {
+      std::vector<std::pair<float, int64_t>> col(n);
+      for (int64_t t = 0; t < n; ++t) col[t] = {x[t * d + j], t};
+      std::sort(col.begin(), col.end());
+      std::vector<uint8_t> want(n, 0);
+      for (int64_t i = 0; i < k; ++i) want[col[i].second] = want[col[n - 1 - i].second] = 1;
+      for (int64_t t = 0; t < n; ++t) {
+        ASSERT_EQ(mask[t * d + j], want[t]) << "n " << n << " channel " << j << " token " << t;
+      }
+    }
+  }
+}
+
 TEST(GearOutlierTest, SubstitutionKeepsEveryGroupRangeToItsKeptEntries) {
   const int64_t n = 30;
   const int heads = 2, d = 12, row = heads * d;
