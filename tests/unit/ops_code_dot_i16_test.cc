@@ -234,6 +234,22 @@ TEST(CodeDotI16, TheBoundIsReached) {
   EXPECT_NEAR(a[0], exact[0], (1.0f / 3) / 32767.0 / 2 * 3 * n_rows);
 }
 
+// Inputs of the plane-row tile tests (q4_0, q8_0): probabilities [n_q, ldp] in [0, 1) with
+// row 1 all zero (when there is one), and n fp16 block scales of both signs.
+std::vector<float> Probabilities(size_t n_q, size_t ldp, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<float> p(n_q * ldp);
+  for (auto& x : p) x = u(rng);
+  if (n_q > 1) std::fill(p.begin() + ldp, p.begin() + 2 * ldp, 0.0f);
+  return p;
+}
+std::vector<uint16_t> PlaneScales(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+  std::vector<uint16_t> scales(n);
+  for (auto& x : scales) x = Fp32ToFp16(u(rng));
+  return scales;
+}
+
 // q4_0 plane rows (scale-only parameters, min = -8 s): where the CPU has the int16 kernel
 // (fused at d = 64, composed elsewhere) out equals the twin bit for bit; without it the float
 // weights differ from the twin's quantized ones by at most its step bound (s / 2 * sum of the
@@ -250,11 +266,8 @@ TEST(CodeDotI16, Q4_0TileMatchesTheTwinOnEveryTarget) {
         saw_fused = saw_fused || HasFusedQ4_0ValueKernel(d, n_rows);
         for (size_t n_q : {1, 3, 4, 5}) {
           const size_t ldp = n_rows + 2;
-          std::vector<float> p(n_q * ldp);
-          for (auto& x : p) x = std::fabs(u(rng));
-          if (n_q > 1) std::fill(p.begin() + ldp, p.begin() + 2 * ldp, 0.0f);
-          std::vector<uint16_t> scales(n_rows * ng);
-          for (auto& x : scales) x = Fp32ToFp16(0.1f * u(rng));
+          const std::vector<float> p = Probabilities(n_q, ldp, rng);
+          const std::vector<uint16_t> scales = PlaneScales(n_rows * ng, rng);
           std::vector<uint8_t> codes(n_rows * d / 2);
           for (auto& b : codes) b = static_cast<uint8_t>(rng());
           std::vector<float> base(n_q * d), msum_base(n_q * ng);
@@ -316,11 +329,8 @@ TEST(CodeDotI16, Q8_0TileMatchesTheTwinAndTheExactSum) {
         saw_fused = saw_fused || HasFusedQ8_0ValueKernel(d, n_rows);
         for (size_t n_q : {1, 3, 4, 5}) {
           const size_t ldp = n_rows + 2;
-          std::vector<float> p(n_q * ldp);
-          for (auto& x : p) x = std::fabs(u(rng));
-          if (n_q > 1) std::fill(p.begin() + ldp, p.begin() + 2 * ldp, 0.0f);
-          std::vector<uint16_t> scales(n_rows * ng);
-          for (auto& x : scales) x = Fp32ToFp16(0.1f * u(rng));
+          const std::vector<float> p = Probabilities(n_q, ldp, rng);
+          const std::vector<uint16_t> scales = PlaneScales(n_rows * ng, rng);
           std::vector<int8_t> codes(n_rows * d);
           for (auto& b : codes) b = static_cast<int8_t>(rng());
           std::vector<float> base(n_q * d);

@@ -1,14 +1,17 @@
-// One KV head's llama.cpp blocks in plane form (kv/codecs/q4_0_codec.h, q8_0_codec.h): a
-// plane of codes, row_bytes per token, and a plane of fp16 block scales, n_blocks per token.
-// What the two formats share: growth, eviction (Retain) and the exact memory accounting.
+// llama.cpp's blocks in plane form (kv/codecs/q4_0_codec.h, q8_0_codec.h). BlockPlanes: one
+// KV head's plane of codes, row_bytes per token, and plane of fp16 block scales, n_blocks per
+// token, with growth, eviction (Retain) and the exact memory accounting.
 #ifndef KVPACK_KV_CODECS_BLOCK_PLANES_H_
 #define KVPACK_KV_CODECS_BLOCK_PLANES_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "core/aligned_buffer.h"
+#include "kv/codecs/quant_common.h"
 #include "kv/component_store.h"
 #include "kvpack/status.h"
 
@@ -37,6 +40,76 @@ class BlockPlanes {
   int n_blocks_;
   AlignedBuffer<uint8_t> codes_;    // [n_tokens, row_bytes]
   AlignedBuffer<uint16_t> scales_;  // [n_tokens, n_blocks] fp16
+};
+
+// What a llama.cpp block format's store does the same way for q4_0 and q8_0: each appended
+// row quantized by ggml's reference quantizer into blocks and split into the planes, Decode
+// back through ggml's blocks and dequantizer (so the values are llama.cpp's), eviction and
+// memory accounting. The formats' stores add their fused Scores and Accumulate. Format:
+//   using Block = BlockQ4_0 | BlockQ8_0;  static const char* kName;
+//   static constexpr size_t RowBytes(int head_dim);   // code bytes per row
+//   static void Quantize(const float* x, Block* blocks, int64_t n);
+//   static void ToPlanes(const Block*, int n_blocks, uint8_t* codes, uint16_t* scales);
+//   static void ToBlocks(const uint8_t* codes, const uint16_t* scales, int n_blocks, Block*);
+//   static void Dequantize(const uint8_t* blocks, size_t n_blocks, float* out);
+template <class Format>
+class GgmlPlaneStore : public ComponentStore {
+ public:
+  explicit GgmlPlaneStore(const StoreShape& shape)
+      : shape_(shape),
+        n_blocks_(shape.head_dim / 32),
+        heads_(shape.n_kv_heads,
+               BlockPlanes(Format::RowBytes(shape.head_dim), shape.head_dim / 32)) {}
+
+  std::string spec() const override { return Format::kName; }
+
+  Status Append(const float* rows, int64_t n_tokens) override {
+    const int64_t d = shape_.head_dim, row_len = d * shape_.n_kv_heads;
+    KVPACK_RETURN_IF_ERROR(CheckQuantInput(rows, n_tokens * row_len, shape_, true));
+    std::vector<typename Format::Block> blocks(n_blocks_);
+    for (int h = 0; h < shape_.n_kv_heads; ++h) {
+      BlockPlanes& p = heads_[h];
+      const int64_t old = p.Grow(n_tokens);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        Format::Quantize(rows + t * row_len + h * d, blocks.data(), d);
+        Format::ToPlanes(blocks.data(), n_blocks_, p.codes(old + t), p.scales(old + t));
+      }
+    }
+    return Status::Ok();
+  }
+
+  int64_t n_tokens(int head) const override { return heads_[head].n_tokens(); }
+
+  void Decode(int head, int64_t t0, int64_t t1, float* out) const override {
+    const BlockPlanes& p = heads_[head];
+    std::vector<typename Format::Block> blocks(n_blocks_);
+    for (int64_t t = t0; t < t1; ++t) {
+      Format::ToBlocks(p.codes(t), p.scales(t), n_blocks_, blocks.data());
+      Format::Dequantize(reinterpret_cast<const uint8_t*>(blocks.data()), n_blocks_,
+                         out + (t - t0) * shape_.head_dim);
+    }
+  }
+
+  Status Retain(int head, std::span<const int64_t> keep) override {
+    return heads_[head].Retain(keep);
+  }
+
+  // Per block: the code bytes and one fp16 scale (ggml's block size).
+  MemoryUsage Memory() const override {
+    MemoryUsage m;
+    for (const BlockPlanes& p : heads_) p.AddMemory(m);
+    return m;
+  }
+
+ protected:
+  const StoreShape& shape() const { return shape_; }
+  int n_blocks() const { return n_blocks_; }
+  const BlockPlanes& planes(int head) const { return heads_[head]; }
+
+ private:
+  StoreShape shape_;
+  int n_blocks_;                    // blocks per row (head_dim / 32)
+  std::vector<BlockPlanes> heads_;  // per head
 };
 
 }  // namespace kvpack

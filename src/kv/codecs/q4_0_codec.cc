@@ -40,40 +40,34 @@ void Q4_0PlanesToBlocks(const uint8_t* codes, const uint16_t* scales, int n_bloc
 
 namespace {
 
-class Q4_0Store final : public ComponentStore {
- public:
-  explicit Q4_0Store(const StoreShape& shape)
-      : shape_(shape),
-        n_blocks_(shape.head_dim / 32),
-        heads_(shape.n_kv_heads, BlockPlanes(shape.head_dim / 2, shape.head_dim / 32)) {}
-
-  std::string spec() const override { return "q4_0"; }
-
-  Status Append(const float* rows, int64_t n_tokens) override {
-    const int64_t d = shape_.head_dim, row_len = d * shape_.n_kv_heads;
-    KVPACK_RETURN_IF_ERROR(CheckQuantInput(rows, n_tokens * row_len, shape_, true));
-    std::vector<BlockQ4_0> blocks(n_blocks_);
-    for (int h = 0; h < shape_.n_kv_heads; ++h) {
-      BlockPlanes& p = heads_[h];
-      const int64_t old = p.Grow(n_tokens);
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        QuantizeRowQ4_0(rows + t * row_len + h * d, blocks.data(), d);
-        Q4_0BlocksToPlanes(blocks.data(), n_blocks_, p.codes(old + t), p.scales(old + t));
-      }
-    }
-    return Status::Ok();
+struct Q4_0Format {
+  using Block = BlockQ4_0;
+  static constexpr const char* kName = "q4_0";
+  static constexpr size_t RowBytes(int head_dim) { return static_cast<size_t>(head_dim) / 2; }
+  static void Quantize(const float* x, Block* blocks, int64_t n) { QuantizeRowQ4_0(x, blocks, n); }
+  static void ToPlanes(const Block* blocks, int n, uint8_t* codes, uint16_t* scales) {
+    Q4_0BlocksToPlanes(blocks, n, codes, scales);
   }
+  static void ToBlocks(const uint8_t* codes, const uint16_t* scales, int n, Block* blocks) {
+    Q4_0PlanesToBlocks(codes, scales, n, blocks);
+  }
+  static void Dequantize(const uint8_t* blocks, size_t n, float* out) {
+    DequantizeQ4_0Blocks(blocks, n, out);
+  }
+};
 
-  int64_t n_tokens(int head) const override { return heads_[head].n_tokens(); }
+class Q4_0Store final : public GgmlPlaneStore<Q4_0Format> {
+ public:
+  using GgmlPlaneStore::GgmlPlaneStore;
 
   // Keys: the int8 query of the grouped algebra (quant_common.h) scored straight from the
   // planes (ScoreQ4_0RowsI8: 32-channel groups with scale d and min -8d).
   void Scores(int head, const float* q, int n_q, int64_t t0, int64_t t1,
               float* scores) const override {
-    const int d = shape_.head_dim;
+    const int d = shape().head_dim;
     CodeTileScratch& t = TileScratch(d);
     PrepareGroupedQueryI8(q, n_q, d, 32, t);
-    const BlockPlanes& p = heads_[head];
+    const BlockPlanes& p = planes(head);
     ScoreQ4_0RowsI8(p.codes(t0), p.scales(t0), t1 - t0, d, t.q8.data(), t.alpha.data(),
                     t.qm.data(), n_q, scores, t1 - t0);
   }
@@ -82,10 +76,10 @@ class Q4_0Store final : public ComponentStore {
   // the kernel (AccumulateQ4_0RowsI16), the -8d part as min sums added once at the end.
   void Accumulate(int head, const float* p, int n_q, int64_t t0, int64_t t1,
                   float* out) const override {
-    const int d = shape_.head_dim;
+    const int d = shape().head_dim;
     CodeTileScratch& t = TileScratch(d);
-    t.msum.assign(static_cast<size_t>(n_q) * n_blocks_, 0.0f);
-    const BlockPlanes& pl = heads_[head];
+    t.msum.assign(static_cast<size_t>(n_q) * n_blocks(), 0.0f);
+    const BlockPlanes& pl = planes(head);
     for (int64_t a = t0; a < t1; a += kTileRowsMax) {
       const int64_t e = std::min(t1, a + kTileRowsMax);
       AccumulateQ4_0RowsI16(p + (a - t0), t1 - t0, n_q, pl.scales(a), pl.codes(a), e - a, d,
@@ -93,33 +87,6 @@ class Q4_0Store final : public ComponentStore {
     }
     AddGroupedMinSums(n_q, d, 0, 32, t, out);
   }
-
-  // Through ggml's own block form and dequantizer, so the values are llama.cpp's.
-  void Decode(int head, int64_t t0, int64_t t1, float* out) const override {
-    const BlockPlanes& p = heads_[head];
-    std::vector<BlockQ4_0> blocks(n_blocks_);
-    for (int64_t t = t0; t < t1; ++t) {
-      Q4_0PlanesToBlocks(p.codes(t), p.scales(t), n_blocks_, blocks.data());
-      DequantizeQ4_0Blocks(reinterpret_cast<const uint8_t*>(blocks.data()), n_blocks_,
-                           out + (t - t0) * shape_.head_dim);
-    }
-  }
-
-  Status Retain(int head, std::span<const int64_t> keep) override {
-    return heads_[head].Retain(keep);
-  }
-
-  // Per block: 16 code bytes and one fp16 scale (ggml's 18 bytes).
-  MemoryUsage Memory() const override {
-    MemoryUsage m;
-    for (const BlockPlanes& p : heads_) p.AddMemory(m);
-    return m;
-  }
-
- private:
-  StoreShape shape_;
-  int n_blocks_;                    // blocks per row (head_dim / 32)
-  std::vector<BlockPlanes> heads_;  // per head: codes [n_tokens, head_dim / 2] packed 4-bit
 };
 
 }  // namespace
