@@ -343,6 +343,8 @@ std::vector<Param> AllParams() {
         // An odd head_dim exercises partial groups (codecs with a 32-channel block size
         // reject it, tested below).
         if (info.name != "q8_0" && info.name != "q4_0") out.push_back({info.name, spec, c, 48});
+        // llama.cpp's blocks keep a head of 128 channels as two parts of 64 (block_planes.h).
+        if (info.name == "q8_0" || info.name == "q4_0") out.push_back({info.name, spec, c, 128});
       }
     }
   }

@@ -4,6 +4,7 @@
 #ifndef KVPACK_KV_CODECS_BLOCK_PLANES_H_
 #define KVPACK_KV_CODECS_BLOCK_PLANES_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -47,51 +48,64 @@ class BlockPlanes {
 // back through ggml's blocks and dequantizer (so the values are llama.cpp's), eviction and
 // memory accounting. The formats' stores add their fused Scores and Accumulate. Format:
 //   using Block = BlockQ4_0 | BlockQ8_0;  static const char* kName;
-//   static constexpr size_t RowBytes(int head_dim);   // code bytes per row
+//   static constexpr size_t RowBytes(int channels);   // code bytes per row
 //   static void Quantize(const float* x, Block* blocks, int64_t n);
 //   static void ToPlanes(const Block*, int n_blocks, uint8_t* codes, uint16_t* scales);
 //   static void ToBlocks(const uint8_t* codes, const uint16_t* scales, int n_blocks, Block*);
 //   static void Dequantize(const uint8_t* blocks, size_t n_blocks, float* out);
+// Parts: a head of more than 64 channels, a multiple of 64 (head_dim 128: Llama-3-8B,
+// Mistral-7B, Qwen2.5-1.5B and larger), is kept as head_dim / 64 parts of 64 channels, each
+// with its own planes, so that the single-pass kernels made for 64 channels read every part;
+// the blocks and their bytes are the same (ggml's blocks are independent 32-channel units).
 template <class Format>
 class GgmlPlaneStore : public ComponentStore {
  public:
   explicit GgmlPlaneStore(const StoreShape& shape)
       : shape_(shape),
-        n_blocks_(shape.head_dim / 32),
-        heads_(shape.n_kv_heads,
-               BlockPlanes(Format::RowBytes(shape.head_dim), shape.head_dim / 32)) {}
+        n_parts_(shape.head_dim > 64 && shape.head_dim % 64 == 0 ? shape.head_dim / 64 : 1),
+        part_dim_(shape.head_dim / n_parts_),
+        heads_(static_cast<size_t>(shape.n_kv_heads) * n_parts_,
+               BlockPlanes(Format::RowBytes(part_dim_), part_dim_ / 32)) {}
 
   std::string spec() const override { return Format::kName; }
 
   Status Append(const float* rows, int64_t n_tokens) override {
     const int64_t d = shape_.head_dim, row_len = d * shape_.n_kv_heads;
     KVPACK_RETURN_IF_ERROR(CheckQuantInput(rows, n_tokens * row_len, shape_, true));
-    std::vector<typename Format::Block> blocks(n_blocks_);
+    std::vector<typename Format::Block> blocks(part_dim_ / 32);
     for (int h = 0; h < shape_.n_kv_heads; ++h) {
-      BlockPlanes& p = heads_[h];
-      const int64_t old = p.Grow(n_tokens);
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        Format::Quantize(rows + t * row_len + h * d, blocks.data(), d);
-        Format::ToPlanes(blocks.data(), n_blocks_, p.codes(old + t), p.scales(old + t));
+      for (int part = 0; part < n_parts_; ++part) {
+        BlockPlanes& p = heads_[h * n_parts_ + part];
+        const int64_t old = p.Grow(n_tokens);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          Format::Quantize(rows + t * row_len + h * d + part * part_dim_, blocks.data(),
+                           part_dim_);
+          Format::ToPlanes(blocks.data(), part_dim_ / 32, p.codes(old + t), p.scales(old + t));
+        }
       }
     }
     return Status::Ok();
   }
 
-  int64_t n_tokens(int head) const override { return heads_[head].n_tokens(); }
+  int64_t n_tokens(int head) const override { return planes(head, 0).n_tokens(); }
 
   void Decode(int head, int64_t t0, int64_t t1, float* out) const override {
-    const BlockPlanes& p = heads_[head];
-    std::vector<typename Format::Block> blocks(n_blocks_);
-    for (int64_t t = t0; t < t1; ++t) {
-      Format::ToBlocks(p.codes(t), p.scales(t), n_blocks_, blocks.data());
-      Format::Dequantize(reinterpret_cast<const uint8_t*>(blocks.data()), n_blocks_,
-                         out + (t - t0) * shape_.head_dim);
+    std::vector<typename Format::Block> blocks(part_dim_ / 32);
+    for (int part = 0; part < n_parts_; ++part) {
+      const BlockPlanes& p = planes(head, part);
+      for (int64_t t = t0; t < t1; ++t) {
+        Format::ToBlocks(p.codes(t), p.scales(t), part_dim_ / 32, blocks.data());
+        Format::Dequantize(reinterpret_cast<const uint8_t*>(blocks.data()), part_dim_ / 32,
+                           out + (t - t0) * shape_.head_dim + part * part_dim_);
+      }
     }
   }
 
   Status Retain(int head, std::span<const int64_t> keep) override {
-    return heads_[head].Retain(keep);
+    for (int part = 0; part < n_parts_; ++part) {  // the same check passes or fails for all
+      KVPACK_RETURN_IF_ERROR(heads_[head * n_parts_ + part].Retain(keep));
+    }
+    return Status::Ok();
   }
 
   // Per block: the code bytes and one fp16 scale (ggml's block size).
@@ -103,13 +117,35 @@ class GgmlPlaneStore : public ComponentStore {
 
  protected:
   const StoreShape& shape() const { return shape_; }
-  int n_blocks() const { return n_blocks_; }
-  const BlockPlanes& planes(int head) const { return heads_[head]; }
+  int n_parts() const { return n_parts_; }
+  int part_dim() const { return part_dim_; }
+  const BlockPlanes& planes(int head, int part) const { return heads_[head * n_parts_ + part]; }
+
+  // Part `part` of rows x [n_q, head_dim] with `width` values per part: x itself with one
+  // part, else copied to buf as [n_q, width].
+  template <class T>
+  const T* PartOf(const T* x, int n_q, int width, int part, std::vector<T>& buf) const {
+    if (n_parts_ == 1) return x;
+    buf.resize(static_cast<size_t>(n_q) * width);
+    for (int i = 0; i < n_q; ++i) {
+      std::copy_n(x + (static_cast<size_t>(i) * n_parts_ + part) * width, width,
+                  &buf[static_cast<size_t>(i) * width]);
+    }
+    return buf.data();
+  }
+  // out [n_q, head_dim], channels of part `part`, += y [n_q, part_dim].
+  void AddPart(const float* y, int n_q, int part, float* out) const {
+    for (int i = 0; i < n_q; ++i) {
+      float* o = out + static_cast<size_t>(i) * shape_.head_dim + part * part_dim_;
+      for (int c = 0; c < part_dim_; ++c) o[c] += y[static_cast<size_t>(i) * part_dim_ + c];
+    }
+  }
 
  private:
   StoreShape shape_;
-  int n_blocks_;                    // blocks per row (head_dim / 32)
-  std::vector<BlockPlanes> heads_;  // per head
+  int n_parts_;                     // parts per head
+  int part_dim_;                    // channels per part
+  std::vector<BlockPlanes> heads_;  // [n_kv_heads, n_parts]
 };
 
 }  // namespace kvpack

@@ -61,29 +61,61 @@ class Q4_0Store final : public GgmlPlaneStore<Q4_0Format> {
   using GgmlPlaneStore::GgmlPlaneStore;
 
   // Keys: the int8 query of the grouped algebra (quant_common.h) scored straight from the
-  // planes (ScoreQ4_0RowsI8: 32-channel groups with scale d and min -8d).
+  // planes (ScoreQ4_0RowsI8: 32-channel groups with scale d and min -8d); a head of several
+  // parts is the sum of its parts' scores.
   void Scores(int head, const float* q, int n_q, int64_t t0, int64_t t1,
               float* scores) const override {
-    const int d = shape().head_dim;
+    const int d = shape().head_dim, pd = part_dim(), n = static_cast<int>(t1 - t0);
     CodeTileScratch& t = TileScratch(d);
     PrepareGroupedQueryI8(q, n_q, d, 32, t);
-    const BlockPlanes& p = planes(head);
-    ScoreQ4_0RowsI8(p.codes(t0), p.scales(t0), t1 - t0, d, t.q8.data(), t.alpha.data(),
-                    t.qm.data(), n_q, scores, t1 - t0);
+    thread_local std::vector<int8_t> q8;
+    thread_local std::vector<float> qm, part_scores;
+    for (int part = 0; part < n_parts(); ++part) {
+      const BlockPlanes& p = planes(head, part);
+      float* dst = scores;
+      if (part > 0) {
+        part_scores.resize(static_cast<size_t>(n_q) * n);
+        dst = part_scores.data();
+      }
+      ScoreQ4_0RowsI8(p.codes(t0), p.scales(t0), n, pd, PartOf(t.q8.data(), n_q, pd, part, q8),
+                      t.alpha.data(), PartOf(t.qm.data(), n_q, pd / 32, part, qm), n_q, dst, n);
+      if (part > 0) {
+        for (size_t i = 0; i < part_scores.size(); ++i) scores[i] += part_scores[i];
+      }
+    }
   }
 
   // Values: per tile of rows, the weights p * d with int16 quantization where the CPU has
-  // the kernel (AccumulateQ4_0RowsI16), the -8d part as min sums added once at the end.
+  // the kernel (AccumulateQ4_0RowsI16), the -8d part as min sums added once at the end; a
+  // head of several parts accumulates each part in a buffer first.
   void Accumulate(int head, const float* p, int n_q, int64_t t0, int64_t t1,
                   float* out) const override {
-    const int d = shape().head_dim;
+    const int d = shape().head_dim, pd = part_dim(), gp = pd / 32;
     CodeTileScratch& t = TileScratch(d);
-    t.msum.assign(static_cast<size_t>(n_q) * n_blocks(), 0.0f);
-    const BlockPlanes& pl = planes(head);
-    for (int64_t a = t0; a < t1; a += kTileRowsMax) {
-      const int64_t e = std::min(t1, a + kTileRowsMax);
-      AccumulateQ4_0RowsI16(p + (a - t0), t1 - t0, n_q, pl.scales(a), pl.codes(a), e - a, d,
-                            out, t.msum.data());
+    t.msum.assign(static_cast<size_t>(n_q) * (d / 32), 0.0f);
+    thread_local std::vector<float> part_out, part_msum;
+    for (int part = 0; part < n_parts(); ++part) {
+      const BlockPlanes& pl = planes(head, part);
+      float* dst = out;
+      float* msum = t.msum.data();
+      if (n_parts() > 1) {
+        part_out.assign(static_cast<size_t>(n_q) * pd, 0.0f);
+        part_msum.assign(static_cast<size_t>(n_q) * gp, 0.0f);
+        dst = part_out.data();
+        msum = part_msum.data();
+      }
+      for (int64_t a = t0; a < t1; a += kTileRowsMax) {
+        const int64_t e = std::min(t1, a + kTileRowsMax);
+        AccumulateQ4_0RowsI16(p + (a - t0), t1 - t0, n_q, pl.scales(a), pl.codes(a), e - a, pd,
+                              dst, msum);
+      }
+      if (n_parts() > 1) {
+        AddPart(part_out.data(), n_q, part, out);
+        for (int i = 0; i < n_q; ++i) {
+          std::copy_n(&part_msum[static_cast<size_t>(i) * gp], gp,
+                      &t.msum[static_cast<size_t>(i) * (d / 32) + part * gp]);
+        }
+      }
     }
     AddGroupedMinSums(n_q, d, 0, 32, t, out);
   }

@@ -52,17 +52,30 @@ class Q8_0Store final : public GgmlPlaneStore<Q8_0Format> {
   using GgmlPlaneStore::GgmlPlaneStore;
 
   // Keys: with the integer kernel, the int8 query (one alpha per query row, as the other
-  // integer key paths) against the signed codes, exact integer dots per block. Elsewhere the
-  // tiles are dequantized and scored by the float kernel.
+  // integer key paths) against the signed codes, exact integer dots per block; a head of
+  // several parts is the sum of its parts' scores. Elsewhere the tiles are dequantized and
+  // scored by the float kernel.
   void Scores(int head, const float* q, int n_q, int64_t t0, int64_t t1,
               float* scores) const override {
-    const int d = shape().head_dim;
-    if (HasFastQ8_0Scores(d)) {
+    const int d = shape().head_dim, pd = part_dim(), n = static_cast<int>(t1 - t0);
+    if (HasFastQ8_0Scores(pd)) {
       CodeTileScratch& t = TileScratch(d);
       PrepareGroupedQueryI8(q, n_q, d, 32, t);
-      const BlockPlanes& p = planes(head);
-      ScoreQ8_0RowsI8(Codes(p, t0), p.scales(t0), t1 - t0, d, t.q8.data(), t.alpha.data(), n_q,
-                      scores, t1 - t0);
+      thread_local std::vector<int8_t> q8;
+      thread_local std::vector<float> part_scores;
+      for (int part = 0; part < n_parts(); ++part) {
+        const BlockPlanes& p = planes(head, part);
+        float* dst = scores;
+        if (part > 0) {
+          part_scores.resize(static_cast<size_t>(n_q) * n);
+          dst = part_scores.data();
+        }
+        ScoreQ8_0RowsI8(Codes(p, t0), p.scales(t0), n, pd, PartOf(t.q8.data(), n_q, pd, part, q8),
+                        t.alpha.data(), n_q, dst, n);
+        if (part > 0) {
+          for (size_t i = 0; i < part_scores.size(); ++i) scores[i] += part_scores[i];
+        }
+      }
       return;
     }
     std::vector<float>& tile = TileBuffer(d);
@@ -74,22 +87,34 @@ class Q8_0Store final : public GgmlPlaneStore<Q8_0Format> {
   }
 
   // Values: per tile, the weights p * d quantized to int16 against the signed codes where the
-  // CPU has the kernel; elsewhere dequantized tiles and float weights.
+  // CPU has the kernel (a head of several parts accumulates each part in a buffer first);
+  // elsewhere dequantized tiles and float weights.
   void Accumulate(int head, const float* p, int n_q, int64_t t0, int64_t t1,
                   float* out) const override {
-    const int d = shape().head_dim;
-    const BlockPlanes& pl = planes(head);
-    const bool fused = HasFusedQ8_0ValueKernel(d, kTileRowsMax);
+    const int d = shape().head_dim, pd = part_dim();
+    if (HasFusedQ8_0ValueKernel(pd, kTileRowsMax)) {
+      thread_local std::vector<float> part_out;
+      for (int part = 0; part < n_parts(); ++part) {
+        const BlockPlanes& pl = planes(head, part);
+        float* dst = out;
+        if (n_parts() > 1) {
+          part_out.assign(static_cast<size_t>(n_q) * pd, 0.0f);
+          dst = part_out.data();
+        }
+        for (int64_t a = t0; a < t1; a += kTileRowsMax) {
+          const int64_t e = std::min(t1, a + kTileRowsMax);
+          AccumulateQ8_0RowsI16(p + (a - t0), t1 - t0, n_q, pl.scales(a), Codes(pl, a), e - a,
+                                pd, dst);
+        }
+        if (n_parts() > 1) AddPart(part_out.data(), n_q, part, out);
+      }
+      return;
+    }
     std::vector<float>& tile = TileBuffer(d);
     for (int64_t a = t0; a < t1; a += kTileRowsMax) {
       const int64_t e = std::min(t1, a + kTileRowsMax);
-      if (fused) {
-        AccumulateQ8_0RowsI16(p + (a - t0), t1 - t0, n_q, pl.scales(a), Codes(pl, a), e - a, d,
-                              out);
-      } else {
-        Decode(head, a, e, tile.data());
-        AxpyRowsF32(p + (a - t0), n_q, t1 - t0, tile.data(), e - a, d, out);
-      }
+      Decode(head, a, e, tile.data());
+      AxpyRowsF32(p + (a - t0), n_q, t1 - t0, tile.data(), e - a, d, out);
     }
   }
 
