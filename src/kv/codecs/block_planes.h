@@ -133,11 +133,35 @@ class GgmlPlaneStore : public ComponentStore {
     }
     return buf.data();
   }
-  // out [n_q, head_dim], channels of part `part`, += y [n_q, part_dim].
-  void AddPart(const float* y, int n_q, int part, float* out) const {
-    for (int i = 0; i < n_q; ++i) {
-      float* o = out + static_cast<size_t>(i) * shape_.head_dim + part * part_dim_;
-      for (int c = 0; c < part_dim_; ++c) o[c] += y[static_cast<size_t>(i) * part_dim_ + c];
+  // scores [n_q, n] = the sum over the parts of score_part(part, dst): part 0 writes
+  // `scores` itself, each other part a buffer that is then added.
+  template <class ScorePart>
+  void ScoresOverParts(int n_q, int64_t n, float* scores, ScorePart score_part) const {
+    score_part(0, scores);
+    thread_local std::vector<float> buf;
+    for (int part = 1; part < n_parts_; ++part) {
+      buf.resize(static_cast<size_t>(n_q) * n);
+      score_part(part, buf.data());
+      for (size_t i = 0; i < buf.size(); ++i) scores[i] += buf[i];
+    }
+  }
+  // accumulate_part(part, dst) adds the part's products to dst [n_q, part_dim]: `out`
+  // [n_q, head_dim] itself with one part, else a zeroed buffer whose channels are then added
+  // to the part's channels of out.
+  template <class AccumulatePart>
+  void AccumulateOverParts(int n_q, float* out, AccumulatePart accumulate_part) const {
+    if (n_parts_ == 1) {
+      accumulate_part(0, out);
+      return;
+    }
+    thread_local std::vector<float> buf;
+    for (int part = 0; part < n_parts_; ++part) {
+      buf.assign(static_cast<size_t>(n_q) * part_dim_, 0.0f);
+      accumulate_part(part, buf.data());
+      for (int i = 0; i < n_q; ++i) {
+        float* o = out + static_cast<size_t>(i) * shape_.head_dim + part * part_dim_;
+        for (int c = 0; c < part_dim_; ++c) o[c] += buf[static_cast<size_t>(i) * part_dim_ + c];
+      }
     }
   }
 

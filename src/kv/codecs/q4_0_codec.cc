@@ -69,20 +69,12 @@ class Q4_0Store final : public GgmlPlaneStore<Q4_0Format> {
     CodeTileScratch& t = TileScratch(d);
     PrepareGroupedQueryI8(q, n_q, d, 32, t);
     thread_local std::vector<int8_t> q8;
-    thread_local std::vector<float> qm, part_scores;
-    for (int part = 0; part < n_parts(); ++part) {
+    thread_local std::vector<float> qm;
+    ScoresOverParts(n_q, n, scores, [&](int part, float* dst) {
       const BlockPlanes& p = planes(head, part);
-      float* dst = scores;
-      if (part > 0) {
-        part_scores.resize(static_cast<size_t>(n_q) * n);
-        dst = part_scores.data();
-      }
       ScoreQ4_0RowsI8(p.codes(t0), p.scales(t0), n, pd, PartOf(t.q8.data(), n_q, pd, part, q8),
                       t.alpha.data(), PartOf(t.qm.data(), n_q, pd / 32, part, qm), n_q, dst, n);
-      if (part > 0) {
-        for (size_t i = 0; i < part_scores.size(); ++i) scores[i] += part_scores[i];
-      }
-    }
+    });
   }
 
   // Values: per tile of rows, the weights p * d with int16 quantization where the CPU has
@@ -93,15 +85,12 @@ class Q4_0Store final : public GgmlPlaneStore<Q4_0Format> {
     const int d = shape().head_dim, pd = part_dim(), gp = pd / 32;
     CodeTileScratch& t = TileScratch(d);
     t.msum.assign(static_cast<size_t>(n_q) * (d / 32), 0.0f);
-    thread_local std::vector<float> part_out, part_msum;
-    for (int part = 0; part < n_parts(); ++part) {
+    thread_local std::vector<float> part_msum;
+    AccumulateOverParts(n_q, out, [&](int part, float* dst) {
       const BlockPlanes& pl = planes(head, part);
-      float* dst = out;
       float* msum = t.msum.data();
       if (n_parts() > 1) {
-        part_out.assign(static_cast<size_t>(n_q) * pd, 0.0f);
         part_msum.assign(static_cast<size_t>(n_q) * gp, 0.0f);
-        dst = part_out.data();
         msum = part_msum.data();
       }
       for (int64_t a = t0; a < t1; a += kTileRowsMax) {
@@ -110,13 +99,12 @@ class Q4_0Store final : public GgmlPlaneStore<Q4_0Format> {
                               dst, msum);
       }
       if (n_parts() > 1) {
-        AddPart(part_out.data(), n_q, part, out);
         for (int i = 0; i < n_q; ++i) {
           std::copy_n(&part_msum[static_cast<size_t>(i) * gp], gp,
                       &t.msum[static_cast<size_t>(i) * (d / 32) + part * gp]);
         }
       }
-    }
+    });
     AddGroupedMinSums(n_q, d, 0, 32, t, out);
   }
 };

@@ -62,20 +62,11 @@ class Q8_0Store final : public GgmlPlaneStore<Q8_0Format> {
       CodeTileScratch& t = TileScratch(d);
       PrepareGroupedQueryI8(q, n_q, d, 32, t);
       thread_local std::vector<int8_t> q8;
-      thread_local std::vector<float> part_scores;
-      for (int part = 0; part < n_parts(); ++part) {
+      ScoresOverParts(n_q, n, scores, [&](int part, float* dst) {
         const BlockPlanes& p = planes(head, part);
-        float* dst = scores;
-        if (part > 0) {
-          part_scores.resize(static_cast<size_t>(n_q) * n);
-          dst = part_scores.data();
-        }
         ScoreQ8_0RowsI8(Codes(p, t0), p.scales(t0), n, pd, PartOf(t.q8.data(), n_q, pd, part, q8),
                         t.alpha.data(), n_q, dst, n);
-        if (part > 0) {
-          for (size_t i = 0; i < part_scores.size(); ++i) scores[i] += part_scores[i];
-        }
-      }
+      });
       return;
     }
     std::vector<float>& tile = TileBuffer(d);
@@ -93,21 +84,14 @@ class Q8_0Store final : public GgmlPlaneStore<Q8_0Format> {
                   float* out) const override {
     const int d = shape().head_dim, pd = part_dim();
     if (HasFusedQ8_0ValueKernel(pd, kTileRowsMax)) {
-      thread_local std::vector<float> part_out;
-      for (int part = 0; part < n_parts(); ++part) {
+      AccumulateOverParts(n_q, out, [&](int part, float* dst) {
         const BlockPlanes& pl = planes(head, part);
-        float* dst = out;
-        if (n_parts() > 1) {
-          part_out.assign(static_cast<size_t>(n_q) * pd, 0.0f);
-          dst = part_out.data();
-        }
         for (int64_t a = t0; a < t1; a += kTileRowsMax) {
           const int64_t e = std::min(t1, a + kTileRowsMax);
           AccumulateQ8_0RowsI16(p + (a - t0), t1 - t0, n_q, pl.scales(a), Codes(pl, a), e - a,
                                 pd, dst);
         }
-        if (n_parts() > 1) AddPart(part_out.data(), n_q, part, out);
-      }
+      });
       return;
     }
     std::vector<float>& tile = TileBuffer(d);
