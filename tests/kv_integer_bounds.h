@@ -1,6 +1,6 @@
 // The errors the integer paths of the 2/4-bit codecs add, derived for the tests that compare
 // fused results with the decoded rows: the int8 query of the keys (ops/code_dot_i8.h) and
-// the int16 weights of the values (ops/code_dot_i16.h).
+// the int16 or int8 weights of the values (ops/code_dot_i16.h, ops/value_dot_i8.h).
 //
 // A 2- or 4-bit key row is scored as alpha * (q8 . codes) (+ the min terms in float), with
 // q8 = round(q' / alpha), q' the query with the format's per-channel scales folded in
@@ -28,14 +28,18 @@ inline double IntegerKeyScoreBound(const float* q, int d, double range) {
 
 // Values: per tile, each weight w_k = p_k * (its row's group scale) (per-token groups) or p_k
 // (per-channel blocks, the output then times the channel's scale) moves by at most
-// s / 2, s = max_k |w_k| / 32767 of its (query row, group), so an output moves by at most
-// s / 2 * sum_k code_k (times the channel's scale); with code * scale <= range and
-// |w_k| <= |p_k| * scale, over all tiles of an Accumulate call of m rows:
-//   |fused - sum_k p_k decoded_k| <= m * max|p| * range / 65534 * (1 + 2^-10).
-inline double IntegerValueBound(const float* p, int64_t m, double range) {
+// s / 2, s = max_k |w_k| / L of its (query row, group), with L = 127 for 2-bit codes (int8
+// weights, ops/value_dot_i8.h) and 32767 otherwise (int16 weights, ops/code_dot_i16.h), so an
+// output moves by at most s / 2 * sum_k code_k (times the channel's scale); with
+// code * scale <= range and |w_k| <= |p_k| * scale, over all tiles of an Accumulate call of m
+// rows:
+//   |fused - sum_k p_k decoded_k| <= m * max|p| * range / (2 L) * (1 + 2^-10).
+// (For 2-bit codes the int16 or float paths, where they run instead, stay inside it too.)
+inline double IntegerValueBound(const float* p, int64_t m, double range, int bits) {
   double pmax = 0.0;
   for (int64_t k = 0; k < m; ++k) pmax = std::max(pmax, static_cast<double>(std::fabs(p[k])));
-  return m * pmax * range / 65534.0 * (1.0 + std::ldexp(1.0, -10));
+  const double levels = bits == 2 ? 127.0 : 32767.0;
+  return m * pmax * range / (2.0 * levels) * (1.0 + std::ldexp(1.0, -10));
 }
 
 template <typename Vec>

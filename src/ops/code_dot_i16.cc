@@ -20,6 +20,7 @@
 #include "core/half.h"
 #include "ops/code_dot.h"
 #include "ops/code_unpack.h"
+#include "ops/group_params_avx512.h"
 #include "ops/query_chunks.h"
 
 namespace kvpack {
@@ -313,37 +314,6 @@ KVPACK_VNNI_ATTR void AxpyI16Avx512(const float* w, size_t n_q, size_t ld, const
   }
   AxpyQuantizedI16(wq.data(), ldq, s.data(), n_q, codes, bits, n_rows, row_stride, d, first,
                    group, out);
-}
-
-// 16 words from p, of which the first `valid` exist (the rest load as 0 and are not read).
-KVPACK_VNNI_ATTR inline __m512i LoadWords(const uint32_t* p, int64_t valid) {
-  if (valid >= 16) return _mm512_loadu_si512(p);
-  if (valid <= 0) return _mm512_setzero_si512();
-  return _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << valid) - 1), p);
-}
-
-// The (scale, min) fp16 pairs of group g of rows [r, r + 16) as 32-bit words (scale in the
-// low half), of which rows [r, r + n) exist: n_groups = 1 is one load, 2 and 4 pick every
-// second or fourth word of two or four loads.
-KVPACK_VNNI_ATTR inline __m512i GroupParamWords(const uint16_t* params, size_t n_groups,
-                                                size_t g, size_t r, int64_t n) {
-  const auto* words = reinterpret_cast<const uint32_t*>(params) + r * n_groups;
-  const int64_t valid = n * static_cast<int64_t>(n_groups);
-  if (n_groups == 1) return LoadWords(words, valid);
-  const __m512i a = LoadWords(words, valid), b = LoadWords(words + 16, valid - 16);
-  if (n_groups == 2) {
-    const __m512i pick = _mm512_add_epi32(
-        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
-        _mm512_set1_epi32(static_cast<int>(g)));
-    return _mm512_permutex2var_epi32(a, pick, b);
-  }
-  const __m512i c = LoadWords(words + 32, valid - 32), e = LoadWords(words + 48, valid - 48);
-  const __m512i pick = _mm512_add_epi32(
-      _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28),
-      _mm512_set1_epi32(static_cast<int>(g)));
-  const __m512i lo = _mm512_permutex2var_epi32(a, pick, b);  // lanes 0..7: rows r .. r + 7
-  const __m512i hi = _mm512_permutex2var_epi32(c, pick, e);  // lanes 8..15: rows r + 8 ..
-  return _mm512_mask_blend_epi32(0xff00, lo, hi);
 }
 
 constexpr size_t kTileLdq = kPackedTileRowsMax;

@@ -65,6 +65,13 @@ bool IntegerKeys(const std::string& codec, const MethodSpec& s) {
   // Every family default is at most 4 bits, so a spec without the key is integer too.
   return Int(s, codec == "hf" ? "nbits" : "bits", 4) <= 4;
 }
+// The code width of a quantization-family spec, with each codec's default (the registry's).
+int CodeBits(const std::string& codec, const MethodSpec& s) {
+  if (codec == "q4_0") return 4;
+  if (codec == "q8_0") return 8;
+  const bool two_bit_default = codec == "kivi" || codec == "gear" || codec == "gear-l";
+  return static_cast<int>(Int(s, codec == "hf" ? "nbits" : "bits", two_bit_default ? 2 : 4));
+}
 int64_t Ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t Total(const std::vector<int64_t>& chunks) {
   int64_t n = 0;
@@ -484,9 +491,10 @@ TEST_P(CodecConformance, FusedKernelsMatchDecode) {
             ref += static_cast<double>(p[i * m + (t - t0)]) * dec[t * d() + c];
             mag += std::fabs(p[i * m + (t - t0)] * dec[t * d() + c]);
           }
-          // Plus, for 2/4-bit values, the int16 weights' term (kv_integer_bounds.h).
-          const double tol = 4.0 * m * 6e-8 * (mag + 1.0) +
-                             (integer ? IntegerValueBound(&p[i * m], m, key_range) : 0.0);
+          // Plus, for 2/4-bit values, the int8 / int16 weights' term (kv_integer_bounds.h).
+          const double tol =
+              4.0 * m * 6e-8 * (mag + 1.0) +
+              (integer ? IntegerValueBound(&p[i * m], m, key_range, CodeBits(codec, spec())) : 0.0);
           ASSERT_NEAR(out[i * d() + c], ref, tol) << "tile " << t0 << ".." << t1;
         }
       }

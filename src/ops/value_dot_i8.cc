@@ -1,0 +1,273 @@
+// The AVX512-VNNI + VBMI kernel is compiled for that ISA with a function attribute and chosen
+// at run time, as ops/code_dot_i16.cc's is; elsewhere the twin runs.
+#include "ops/value_dot_i8.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/half.h"
+#include "ops/code_dot.h"
+#include "ops/query_chunks.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#include "ops/group_params_avx512.h"
+#define KVPACK_HAVE_I8V_KERNEL 1
+#define KVPACK_I8V_ATTR __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni")))
+#else
+#define KVPACK_HAVE_I8V_KERNEL 0
+#endif
+
+namespace kvpack {
+namespace {
+
+constexpr float kI8Max = 127.0f;
+constexpr size_t kD = 64, kRowBytes = 16;  // channels and bytes of a 2-bit row
+
+// Code c of a packed 2-bit row.
+inline int CodeAt(const uint8_t* row, size_t c) { return (row[c / 4] >> (2 * (c % 4))) & 3; }
+
+#if KVPACK_HAVE_I8V_KERNEL
+// GCC 12's intrinsic headers build some results from `_mm512_undefined_*()`, which
+// -Wuninitialized reports at every inlining site (see ops/code_dot_i16.cc).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+bool CpuHasI8ValueKernel() {
+  static const bool ok = __builtin_cpu_supports("avx512f") &&
+                         __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vbmi") &&
+                         __builtin_cpu_supports("avx512vnni");
+  return ok;
+}
+
+constexpr int kBlocks = static_cast<int>(kI8ValueTileRowsMax / 16);  // 16-row blocks per tile
+constexpr size_t kMaxQ = 3;        // query rows per pass: 3 x 4 accumulators in registers
+constexpr size_t kMaxGroups = 4;
+constexpr uintptr_t kPrefetchBytes = 4096;  // as the other streaming kernels (code_dot_i16.cc)
+
+// acc += four u8 (codes) x s8 (weights) products per 32-bit lane, in place (the asm ties the
+// accumulator to its register; code_dot_i16.cc says why).
+KVPACK_I8V_ATTR inline __m512i DotQuadsAdd(__m512i acc, __m512i codes, __m512i w) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(codes), "v"(w));
+  return acc;
+}
+
+// Query rows [0, NQ) and groups [gb, gb + NG) of a tile: weights p * scale, their largest
+// magnitude, their int8 quantization into wq (row i * n_groups + g, 64 bytes, rows past
+// n_rows 0) with steps s, and the sums of p * min added to msum; everything unrolled so that
+// the NQ x NG reduction chains overlap. live[b]: the rows of block b (16 rows) that exist.
+template <size_t NQ, int NG>
+KVPACK_I8V_ATTR void TileWeightsI8(const float* p, size_t ldp, const uint16_t* params,
+                                   size_t n_groups, size_t gb, size_t n_rows,
+                                   const __mmask16* live, int8_t (*wq)[kI8ValueTileRowsMax],
+                                   float* s, float* msum) {
+  __m512 scale[NG][kBlocks], min[NG][kBlocks];
+#pragma GCC unroll 4
+  for (int g = 0; g < NG; ++g) {
+#pragma GCC unroll 4
+    for (int b = 0; b < kBlocks; ++b) {
+      const int64_t n = static_cast<int64_t>(n_rows) - 16 * b;
+      const __m512i x = GroupParamWords(params, n_groups, gb + g, 16 * b, n);
+      scale[g][b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(x));
+      min[g][b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)));
+    }
+  }
+#pragma GCC unroll 4
+  for (size_t i = 0; i < NQ; ++i) {
+    __m512 pb[kBlocks];
+#pragma GCC unroll 4
+    for (int b = 0; b < kBlocks; ++b) pb[b] = _mm512_maskz_loadu_ps(live[b], p + i * ldp + 16 * b);
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; ++g) {
+      __m512 w[kBlocks], vmax = _mm512_setzero_ps(), macc = _mm512_setzero_ps();
+#pragma GCC unroll 4
+      for (int b = 0; b < kBlocks; ++b) {
+        w[b] = _mm512_mul_ps(pb[b], scale[g][b]);
+        vmax = _mm512_max_ps(vmax, _mm512_abs_ps(w[b]));
+        macc = _mm512_fmadd_ps(pb[b], min[g][b], macc);
+      }
+      const size_t r = i * n_groups + gb + g;
+      msum[r] += _mm512_reduce_add_ps(macc);
+      const float amax = _mm512_reduce_max_ps(vmax);
+      if (!(amax > 0.0f)) {
+        std::memset(wq[r], 0, kI8ValueTileRowsMax);
+        s[r] = 0.0f;
+        continue;
+      }
+      // |w * inv| <= 127 (+ a rounding, which cannot reach 127.5): the saturating narrowing
+      // equals the twin's clamp.
+      const __m512 vinv = _mm512_set1_ps(kI8Max / amax);
+#pragma GCC unroll 4
+      for (int b = 0; b < kBlocks; ++b) {
+        const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(w[b], vinv));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(wq[r] + 16 * b), _mm512_cvtsepi32_epi8(q));
+      }
+      s[r] = amax / kI8Max;
+    }
+  }
+}
+
+// Query rows [0, NQ) against the tile's rows, four at a time (one 64-byte line). Channel block
+// b (channels 16 b + j, lane j) takes from each of the four rows r the byte holding its code
+// (byte 16 r + 4 b + j / 4: lane j's bytes are rows 0..3), shifts the lane right by the
+// code's offset 2 (j % 4) and masks each byte to 2 bits; one `vpdpbusd` per query row and
+// block adds the four rows' code x weight products. Rows past n_rows load as zeros.
+template <size_t NQ, int NG>
+KVPACK_I8V_ATTR void RowDotsI8(const int8_t (*wq)[kI8ValueTileRowsMax], const float* s,
+                               const uint8_t* codes, size_t n_rows, float* out) {
+  constexpr int kBlocksPerGroup = 4 / NG;
+  __m512i pick[4];
+#pragma GCC unroll 4
+  for (int b = 0; b < 4; ++b) {
+    alignas(64) uint8_t idx[64];
+    for (int j = 0; j < 16; ++j) {
+      for (int r = 0; r < 4; ++r) idx[4 * j + r] = static_cast<uint8_t>(16 * r + 4 * b + j / 4);
+    }
+    pick[b] = _mm512_load_si512(idx);
+  }
+  const __m512i shift = _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6);
+  const __m512i two_bits = _mm512_set1_epi8(3);
+  __m512i acc[NQ][4];
+#pragma GCC unroll 4
+  for (size_t i = 0; i < NQ; ++i) {
+#pragma GCC unroll 4
+    for (int b = 0; b < 4; ++b) acc[i][b] = _mm512_setzero_si512();
+  }
+  for (size_t k = 0; k < n_rows; k += 4) {
+    const uint8_t* line = codes + k * kRowBytes;
+    _mm_prefetch(reinterpret_cast<const char*>(line + kPrefetchBytes), _MM_HINT_T0);
+    const size_t left = n_rows - k;
+    const __m512i raw = left >= 4 ? _mm512_loadu_si512(line)
+                                   : _mm512_maskz_loadu_epi8((__mmask64{1} << (16 * left)) - 1, line);
+    __m512i quad[4];
+#pragma GCC unroll 4
+    for (int b = 0; b < 4; ++b) {
+      quad[b] = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi8(pick[b], raw), shift),
+                                 two_bits);
+    }
+#pragma GCC unroll 4
+    for (size_t i = 0; i < NQ; ++i) {
+#pragma GCC unroll 4
+      for (int g = 0; g < NG; ++g) {
+        int32_t four;  // the weights of rows k .. k + 3 for (i, g): one broadcast
+        std::memcpy(&four, wq[i * NG + g] + k, sizeof(four));
+        const __m512i wv = _mm512_set1_epi32(four);
+#pragma GCC unroll 4
+        for (int j = 0; j < kBlocksPerGroup; ++j) {
+          const int b = g * kBlocksPerGroup + j;
+          acc[i][b] = DotQuadsAdd(acc[i][b], quad[b], wv);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (size_t i = 0; i < NQ; ++i) {
+#pragma GCC unroll 4
+    for (int b = 0; b < 4; ++b) {
+      float* o = out + i * kD + 16 * b;
+      const __m512 sv = _mm512_set1_ps(s[i * NG + b / kBlocksPerGroup]);
+      _mm512_storeu_ps(o, _mm512_fmadd_ps(sv, _mm512_cvtepi32_ps(acc[i][b]), _mm512_loadu_ps(o)));
+    }
+  }
+}
+
+template <int NG>
+KVPACK_I8V_ATTR void AccumulateAvx512(const float* p, size_t ldp, size_t n_q,
+                                      const uint16_t* params, const uint8_t* codes,
+                                      size_t n_rows, float* out, float* msum) {
+  __mmask16 live[kBlocks];
+  for (int b = 0; b < kBlocks; ++b) {
+    const int64_t left = static_cast<int64_t>(n_rows) - 16 * b;
+    live[b] = left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
+  }
+  ForEachQueryChunk<kMaxQ>(n_q, [&](auto m, size_t i0) {
+    alignas(64) int8_t wq[kMaxQ * kMaxGroups][kI8ValueTileRowsMax];
+    float s[kMaxQ * kMaxGroups];
+    const float* p_i = p + i0 * ldp;
+    float* msum_i = msum + i0 * NG;
+    if constexpr (NG == 4) {  // two groups at a time: their parameters fill 16 registers
+      TileWeightsI8<m, 2>(p_i, ldp, params, NG, 0, n_rows, live, wq, s, msum_i);
+      TileWeightsI8<m, 2>(p_i, ldp, params, NG, 2, n_rows, live, wq, s, msum_i);
+    } else {
+      TileWeightsI8<m, NG>(p_i, ldp, params, NG, 0, n_rows, live, wq, s, msum_i);
+    }
+    RowDotsI8<m, NG>(wq, s, codes, n_rows, out + i0 * kD);
+  });
+}
+
+#pragma GCC diagnostic pop
+#endif  // KVPACK_HAVE_I8V_KERNEL
+
+}  // namespace
+
+bool HasI8ValueKernel(size_t d, size_t n_groups, size_t n_rows) {
+#if KVPACK_HAVE_I8V_KERNEL
+  return d == kD && (n_groups == 1 || n_groups == 2 || n_groups == 4) &&
+         n_rows <= kI8ValueTileRowsMax && CpuHasI8ValueKernel() && CodeKernelsUseAvx512();
+#else
+  (void)d, (void)n_groups, (void)n_rows;
+  return false;
+#endif
+}
+
+void AccumulateTwoBitRowsI8(const float* p, size_t ldp, size_t n_q, const uint16_t* params,
+                            size_t n_groups, const uint8_t* codes, size_t n_rows, float* out,
+                            float* msum) {
+  if (n_rows == 0 || n_q == 0) return;
+#if KVPACK_HAVE_I8V_KERNEL
+  if (HasI8ValueKernel(kD, n_groups, n_rows)) {
+    switch (n_groups) {
+      case 1: AccumulateAvx512<1>(p, ldp, n_q, params, codes, n_rows, out, msum); return;
+      case 2: AccumulateAvx512<2>(p, ldp, n_q, params, codes, n_rows, out, msum); return;
+      default: AccumulateAvx512<4>(p, ldp, n_q, params, codes, n_rows, out, msum); return;
+    }
+  }
+#endif
+  AccumulateTwoBitRowsI8Ref(p, ldp, n_q, params, n_groups, codes, n_rows, out, msum);
+}
+
+float QuantizeWeightsI8Ref(const float* w, size_t m, int8_t* wq) {
+  float amax = 0.0f;
+  for (size_t k = 0; k < m; ++k) amax = std::max(amax, std::fabs(w[k]));
+  if (!(amax > 0.0f)) {
+    std::fill(wq, wq + m, int8_t{0});
+    return 0.0f;
+  }
+  const float inv = kI8Max / amax;
+  for (size_t k = 0; k < m; ++k) {
+    wq[k] = static_cast<int8_t>(std::clamp(std::nearbyint(w[k] * inv), -kI8Max, kI8Max));
+  }
+  return amax / kI8Max;
+}
+
+void AccumulateTwoBitRowsI8Ref(const float* p, size_t ldp, size_t n_q, const uint16_t* params,
+                               size_t n_groups, const uint8_t* codes, size_t n_rows, float* out,
+                               float* msum) {
+  const size_t group = kD / n_groups;
+  std::vector<float> w(n_rows);
+  std::vector<int8_t> wq(n_rows);
+  for (size_t i = 0; i < n_q; ++i) {
+    for (size_t g = 0; g < n_groups; ++g) {
+      float min_sum = 0.0f;
+      for (size_t k = 0; k < n_rows; ++k) {
+        const uint16_t* pair = params + (k * n_groups + g) * 2;
+        w[k] = p[i * ldp + k] * Fp16ToFp32(pair[0]);
+        min_sum += p[i * ldp + k] * Fp16ToFp32(pair[1]);
+      }
+      msum[i * n_groups + g] += min_sum;
+      const float s = QuantizeWeightsI8Ref(w.data(), n_rows, wq.data());
+      for (size_t c = g * group; c < (g + 1) * group; ++c) {
+        int64_t acc = 0;
+        for (size_t k = 0; k < n_rows; ++k) acc += int64_t{wq[k]} * CodeAt(codes + k * kRowBytes, c);
+        out[i * kD + c] = std::fma(s, static_cast<float>(acc), out[i * kD + c]);
+      }
+    }
+  }
+}
+
+}  // namespace kvpack
