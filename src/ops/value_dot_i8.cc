@@ -16,7 +16,8 @@
 
 #include "ops/group_params_avx512.h"
 #define KVPACK_HAVE_I8V_KERNEL 1
-#define KVPACK_I8V_ATTR __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni")))
+#define KVPACK_I8V_ATTR \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vbmi,avx512vnni")))
 #else
 #define KVPACK_HAVE_I8V_KERNEL 0
 #endif
@@ -40,6 +41,7 @@ inline int CodeAt(const uint8_t* row, size_t c) { return (row[c / 4] >> (2 * (c 
 bool CpuHasI8ValueKernel() {
   static const bool ok = __builtin_cpu_supports("avx512f") &&
                          __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512dq") &&
                          __builtin_cpu_supports("avx512vbmi") &&
                          __builtin_cpu_supports("avx512vnni");
   return ok;
@@ -57,6 +59,81 @@ KVPACK_I8V_ATTR inline __m512i DotQuadsAdd(__m512i acc, __m512i codes, __m512i w
   return acc;
 }
 
+// Rows of two groups (4 halves each: scale and min of group 0, then of group 1) split by
+// group: row j's halves are 4 j + 2 g (the scale of group g) and 4 j + 2 g + 1 (its min),
+// rows 8..15 in the second source (index + 32 = 4 j + ... for j >= 8). idx[g]: scales then mins.
+struct SplitTwoGroups {
+  alignas(64) uint16_t idx[2][32];
+};
+constexpr SplitTwoGroups kSplitTwoGroups = [] {
+  SplitTwoGroups t{};
+  for (int g = 0; g < 2; ++g) {
+    for (int j = 0; j < 16; ++j) {
+      t.idx[g][j] = static_cast<uint16_t>(4 * j + 2 * g);
+      t.idx[g][16 + j] = static_cast<uint16_t>(4 * j + 2 * g + 1);
+    }
+  }
+  return t;
+}();
+
+// Byte permutations of four 2-bit rows (one 64-byte line) for RowDotsI8: pick[b], lane j,
+// byte r: the byte of row r that holds channel 16 b + j's code.
+struct PickCodes {
+  alignas(64) uint8_t idx[4][64];
+};
+constexpr PickCodes kPickCodes = [] {
+  PickCodes t{};
+  for (int b = 0; b < 4; ++b) {
+    for (int j = 0; j < 16; ++j) {
+      for (int r = 0; r < 4; ++r) t.idx[b][4 * j + r] = static_cast<uint8_t>(16 * r + 4 * b + j / 4);
+    }
+  }
+  return t;
+}();
+
+// vrangeps: the larger magnitude of the two, sign cleared (imm8[1:0] = 11: absolute max,
+// imm8[3:2] = 10: clear the sign; Intel SDM, VRANGEPS).
+constexpr int kMaxAbs = 0x0B;
+
+// Scales and mins (as floats) of groups [gb, gb + NG) of the 16 rows from r, of which rows
+// [r, r + n) exist, into scale[g][b], min[g][b]. One group per row: the row's (scale, min)
+// word of 16 rows, one 16-bit permutation into scales | mins. Two: two loads (8 rows of 4
+// halves each) and one two-source 16-bit permutation per group. Four: GroupParamWords.
+template <int NG>
+KVPACK_I8V_ATTR inline void BlockParams(const uint16_t* params, size_t n_groups, size_t gb,
+                                        size_t r, int64_t n, int b,
+                                        __m512 (&scale)[NG][kBlocks],
+                                        __m512 (&min)[NG][kBlocks]) {
+  const auto* words = reinterpret_cast<const uint32_t*>(params) + r * n_groups;
+  if (n_groups == 1 || n_groups == 2) {
+    __m512i halves[2];  // [scales of the 16 rows | their mins], per group
+    if (n_groups == 1) {
+      const __m512i x = LoadWords(words, n);
+      const __m512i split = _mm512_set_epi16(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1,
+                                             30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+      halves[0] = _mm512_permutexvar_epi16(split, x);
+    } else {
+      const __m512i lo = LoadWords(words, 2 * n), hi = LoadWords(words + 16, 2 * n - 16);
+#pragma GCC unroll 2
+      for (int g = 0; g < 2; ++g) {
+        halves[g] = _mm512_permutex2var_epi16(lo, _mm512_load_si512(kSplitTwoGroups.idx[g]), hi);
+      }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < NG; ++g) {
+      scale[g][b] = _mm512_cvtph_ps(_mm512_castsi512_si256(halves[g]));
+      min[g][b] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(halves[g], 1));
+    }
+    return;
+  }
+#pragma GCC unroll 2
+  for (int g = 0; g < NG; ++g) {
+    const __m512i x = GroupParamWords(params, n_groups, gb + g, r, n);
+    scale[g][b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(x));
+    min[g][b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)));
+  }
+}
+
 // Query rows [0, NQ) and groups [gb, gb + NG) of a tile: weights p * scale, their largest
 // magnitude, their int8 quantization into wq (row i * n_groups + g, 64 bytes, rows past
 // n_rows 0) with steps s, and the sums of p * min added to msum; everything unrolled so that
@@ -68,14 +145,9 @@ KVPACK_I8V_ATTR void TileWeightsI8(const float* p, size_t ldp, const uint16_t* p
                                    float* s, float* msum) {
   __m512 scale[NG][kBlocks], min[NG][kBlocks];
 #pragma GCC unroll 4
-  for (int g = 0; g < NG; ++g) {
-#pragma GCC unroll 4
-    for (int b = 0; b < kBlocks; ++b) {
-      const int64_t n = static_cast<int64_t>(n_rows) - 16 * b;
-      const __m512i x = GroupParamWords(params, n_groups, gb + g, 16 * b, n);
-      scale[g][b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(x));
-      min[g][b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)));
-    }
+  for (int b = 0; b < kBlocks; ++b) {
+    BlockParams<NG>(params, n_groups, gb, 16 * b, static_cast<int64_t>(n_rows) - 16 * b, b,
+                    scale, min);
   }
 #pragma GCC unroll 4
   for (size_t i = 0; i < NQ; ++i) {
@@ -88,7 +160,7 @@ KVPACK_I8V_ATTR void TileWeightsI8(const float* p, size_t ldp, const uint16_t* p
 #pragma GCC unroll 4
       for (int b = 0; b < kBlocks; ++b) {
         w[b] = _mm512_mul_ps(pb[b], scale[g][b]);
-        vmax = _mm512_max_ps(vmax, _mm512_abs_ps(w[b]));
+        vmax = _mm512_range_ps(vmax, w[b], kMaxAbs);
         macc = _mm512_fmadd_ps(pb[b], min[g][b], macc);
       }
       const size_t r = i * n_groups + gb + g;
@@ -102,11 +174,16 @@ KVPACK_I8V_ATTR void TileWeightsI8(const float* p, size_t ldp, const uint16_t* p
       // |w * inv| <= 127 (+ a rounding, which cannot reach 127.5): the saturating narrowing
       // equals the twin's clamp.
       const __m512 vinv = _mm512_set1_ps(kI8Max / amax);
+      __m512i q[kBlocks];
 #pragma GCC unroll 4
-      for (int b = 0; b < kBlocks; ++b) {
-        const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(w[b], vinv));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(wq[r] + 16 * b), _mm512_cvtsepi32_epi8(q));
-      }
+      for (int b = 0; b < kBlocks; ++b) q[b] = _mm512_cvtps_epi32(_mm512_mul_ps(w[b], vinv));
+      // Saturating packs to int16, then int8 (as a saturating narrowing would), leave 128-bit
+      // lane L holding rows 16 j + 4 L .. + 3 in its dword j; one dword permutation puts rows
+      // in order.
+      const __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(q[0], q[1]),
+                                               _mm512_packs_epi32(q[2], q[3]));
+      const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+      _mm512_store_si512(wq[r], _mm512_permutexvar_epi32(order, bytes));
       s[r] = amax / kI8Max;
     }
   }
@@ -123,13 +200,7 @@ KVPACK_I8V_ATTR void RowDotsI8(const int8_t (*wq)[kI8ValueTileRowsMax], const fl
   constexpr int kBlocksPerGroup = 4 / NG;
   __m512i pick[4];
 #pragma GCC unroll 4
-  for (int b = 0; b < 4; ++b) {
-    alignas(64) uint8_t idx[64];
-    for (int j = 0; j < 16; ++j) {
-      for (int r = 0; r < 4; ++r) idx[4 * j + r] = static_cast<uint8_t>(16 * r + 4 * b + j / 4);
-    }
-    pick[b] = _mm512_load_si512(idx);
-  }
+  for (int b = 0; b < 4; ++b) pick[b] = _mm512_load_si512(kPickCodes.idx[b]);
   const __m512i shift = _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6);
   const __m512i two_bits = _mm512_set1_epi8(3);
   __m512i acc[NQ][4];
