@@ -19,8 +19,9 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define KVPACK_HAVE_BLOCK_KERNEL 1
-#define KVPACK_BLOCK_ATTR __attribute__((target("avx512f,avx512bw,avx512vnni")))
-#define KVPACK_BLOCK_INLINE __attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) inline
+#define KVPACK_BLOCK_ATTR __attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni")))
+#define KVPACK_BLOCK_INLINE \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni"), always_inline)) inline
 #else
 #define KVPACK_HAVE_BLOCK_KERNEL 0
 #endif
@@ -85,9 +86,14 @@ void ScoreTokenRowsGeneral(const uint8_t* rows, size_t n_rows, size_t row_bytes,
 bool CpuHasBlockKernel() {
   static const bool ok = __builtin_cpu_supports("avx512f") &&
                          __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512dq") &&
                          __builtin_cpu_supports("avx512vnni");
   return ok;
 }
+
+// vrangeps: the larger magnitude of the two, sign cleared (imm8[1:0] = 11: absolute max,
+// imm8[3:2] = 10: clear the sign; Intel SDM, VRANGEPS).
+constexpr int kMaxAbs = 0x0B;
 
 constexpr size_t kPrefetchBytes = 4096;
 
@@ -146,7 +152,7 @@ KVPACK_BLOCK_INLINE void ScaleQuantizeRow(const float* x, const __m512 (&sc)[kV]
   for (int j = 0; j < kV; ++j) {
     const __m512 v = _mm512_loadu_ps(x + 16 * j);
     xs[j] = _mm512_mul_ps(v, sc[j]);
-    vmax = _mm512_max_ps(vmax, _mm512_abs_ps(xs[j]));
+    vmax = _mm512_range_ps(vmax, xs[j], kMaxAbs);
     vdot = _mm512_fmadd_ps(v, mn[j], vdot);
   }
   const float amax = _mm512_reduce_max_ps(vmax);
@@ -159,18 +165,22 @@ KVPACK_BLOCK_INLINE void ScaleQuantizeRow(const float* x, const __m512 (&sc)[kV]
   }
   alpha = amax / 127.0f;
   const __m512 inv = _mm512_set1_ps(127.0f / amax);
-  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  const __m512i lo = _mm512_set1_epi32(-127);
+  // |x * scale * inv| <= 127 (+ a rounding that cannot reach 127.5), so only the lower clamp
+  // can act (a NaN converts to INT_MIN, which QuantizeI8's clamp makes -127); the saturating
+  // packs to int16 and int8 then equal the clamp, and leave 128-bit lane L holding channels
+  // 16 j + 4 L .. + 3 in its dword j: one dword permutation puts the channels in order.
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
 #pragma GCC unroll 2
   for (int h = 0; h < kV / 4; ++h) {
-    __m128i b[4];
+    __m512i r[4];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
-      const __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(xs[4 * h + j], inv));
-      b[j] = _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(r, lo), hi));
+      r[j] = _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(xs[4 * h + j], inv)), lo);
     }
-    __m512i v = _mm512_inserti32x4(_mm512_castsi128_si512(b[0]), b[1], 1);
-    v = _mm512_inserti32x4(v, b[2], 2);
-    q8[h] = _mm512_inserti32x4(v, b[3], 3);
+    const __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(r[0], r[1]),
+                                             _mm512_packs_epi32(r[2], r[3]));
+    q8[h] = _mm512_permutexvar_epi32(order, bytes);
   }
 }
 
