@@ -189,20 +189,32 @@ KVPACK_I8V_ATTR void TileWeightsI8(const float* p, size_t ldp, const uint16_t* p
   }
 }
 
-// Query rows [0, NQ) against the tile's rows, four at a time (one 64-byte line). Channel block
-// b (channels 16 b + j, lane j) takes from each of the four rows r the byte holding its code
-// (byte 16 r + 4 b + j / 4: lane j's bytes are rows 0..3), shifts the lane right by the
-// code's offset 2 (j % 4) and masks each byte to 2 bits; one `vpdpbusd` per query row and
-// block adds the four rows' code x weight products. Rows past n_rows load as zeros.
-template <size_t NQ, int NG>
+// Query rows [0, NQ) against one 64-channel window of the tile's rows (bytes
+// [window_byte, window_byte + 16) of each row), four rows at a time: the four rows' 16 bytes
+// make one 64-byte vector (one load when a row is the window, kWide = false; four 16-byte
+// loads otherwise). Channel block b (window channels 16 b + j, lane j) takes from each of the
+// four rows r the byte holding its code (byte 16 r + 4 b + j / 4: lane j's bytes are rows
+// 0..3), shifts the lane right by the code's offset 2 (j % 4) and masks each byte to 2 bits;
+// one `vpdpbusd` per query row and block adds the four rows' code x weight products. The
+// window's NGW groups are g_first .. g_first + NGW - 1 (wq row and step i * n_groups + g).
+// Rows past n_rows load as zeros. out: the window's first channel of query row 0, rows d apart.
+template <size_t NQ, int NGW, bool kWide>
 KVPACK_I8V_ATTR void RowDotsI8(const int8_t (*wq)[kI8ValueTileRowsMax], const float* s,
-                               const uint8_t* codes, size_t n_rows, float* out) {
-  constexpr int kBlocksPerGroup = 4 / NG;
+                               size_t n_groups, size_t g_first, const uint8_t* codes,
+                               size_t row_bytes, size_t window_byte, size_t n_rows, float* out,
+                               size_t d) {
+  constexpr int kBlocksPerGroup = 4 / NGW;
   __m512i pick[4];
 #pragma GCC unroll 4
   for (int b = 0; b < 4; ++b) pick[b] = _mm512_load_si512(kPickCodes.idx[b]);
   const __m512i shift = _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6);
   const __m512i two_bits = _mm512_set1_epi8(3);
+  const int8_t* w_rows[NQ][NGW];
+#pragma GCC unroll 4
+  for (size_t i = 0; i < NQ; ++i) {
+#pragma GCC unroll 4
+    for (int g = 0; g < NGW; ++g) w_rows[i][g] = wq[i * n_groups + g_first + g];
+  }
   __m512i acc[NQ][4];
 #pragma GCC unroll 4
   for (size_t i = 0; i < NQ; ++i) {
@@ -210,11 +222,27 @@ KVPACK_I8V_ATTR void RowDotsI8(const int8_t (*wq)[kI8ValueTileRowsMax], const fl
     for (int b = 0; b < 4; ++b) acc[i][b] = _mm512_setzero_si512();
   }
   for (size_t k = 0; k < n_rows; k += 4) {
-    const uint8_t* line = codes + k * kRowBytes;
-    _mm_prefetch(reinterpret_cast<const char*>(line + kPrefetchBytes), _MM_HINT_T0);
     const size_t left = n_rows - k;
-    const __m512i raw = left >= 4 ? _mm512_loadu_si512(line)
-                                   : _mm512_maskz_loadu_epi8((__mmask64{1} << (16 * left)) - 1, line);
+    __m512i raw;
+    if constexpr (!kWide) {
+      const uint8_t* line = codes + k * kRowBytes;
+      _mm_prefetch(reinterpret_cast<const char*>(line + kPrefetchBytes), _MM_HINT_T0);
+      raw = left >= 4 ? _mm512_loadu_si512(line)
+                      : _mm512_maskz_loadu_epi8((__mmask64{1} << (16 * left)) - 1, line);
+    } else {
+      __m128i part[4];
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) {
+        part[r] = _mm_setzero_si128();
+        if (static_cast<size_t>(r) >= left) continue;
+        const uint8_t* row = codes + (k + r) * row_bytes + window_byte;
+        _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchBytes), _MM_HINT_T0);
+        part[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row));
+      }
+      const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(part[0]), part[1], 1);
+      const __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(part[2]), part[3], 1);
+      raw = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    }
     __m512i quad[4];
 #pragma GCC unroll 4
     for (int b = 0; b < 4; ++b) {
@@ -224,9 +252,9 @@ KVPACK_I8V_ATTR void RowDotsI8(const int8_t (*wq)[kI8ValueTileRowsMax], const fl
 #pragma GCC unroll 4
     for (size_t i = 0; i < NQ; ++i) {
 #pragma GCC unroll 4
-      for (int g = 0; g < NG; ++g) {
+      for (int g = 0; g < NGW; ++g) {
         int32_t four;  // the weights of rows k .. k + 3 for (i, g): one broadcast
-        std::memcpy(&four, wq[i * NG + g] + k, sizeof(four));
+        std::memcpy(&four, w_rows[i][g] + k, sizeof(four));
         const __m512i wv = _mm512_set1_epi32(four);
 #pragma GCC unroll 4
         for (int j = 0; j < kBlocksPerGroup; ++j) {
@@ -240,16 +268,38 @@ KVPACK_I8V_ATTR void RowDotsI8(const int8_t (*wq)[kI8ValueTileRowsMax], const fl
   for (size_t i = 0; i < NQ; ++i) {
 #pragma GCC unroll 4
     for (int b = 0; b < 4; ++b) {
-      float* o = out + i * kD + 16 * b;
-      const __m512 sv = _mm512_set1_ps(s[i * NG + b / kBlocksPerGroup]);
+      float* o = out + i * d + 16 * b;
+      const __m512 sv = _mm512_set1_ps(s[i * n_groups + g_first + b / kBlocksPerGroup]);
       _mm512_storeu_ps(o, _mm512_fmadd_ps(sv, _mm512_cvtepi32_ps(acc[i][b]), _mm512_loadu_ps(o)));
+    }
+  }
+}
+
+// The windows of a query chunk, each with its run of groups (one group covering the window,
+// or 2 or 4 groups of 32 or 16 channels).
+template <size_t NQ, bool kWide>
+KVPACK_I8V_ATTR void WindowsI8(const int8_t (*wq)[kI8ValueTileRowsMax], const float* s,
+                               size_t n_groups, const uint8_t* codes, size_t row_bytes, size_t d,
+                               size_t n_rows, float* out) {
+  const size_t group = d / n_groups;
+  for (size_t c = 0; c < d; c += kD) {
+    const size_t g_first = c / group, window_byte = c / 4;
+    if (group >= kD) {
+      RowDotsI8<NQ, 1, kWide>(wq, s, n_groups, g_first, codes, row_bytes, window_byte, n_rows,
+                              out + c, d);
+    } else if (group == 32) {
+      RowDotsI8<NQ, 2, kWide>(wq, s, n_groups, g_first, codes, row_bytes, window_byte, n_rows,
+                              out + c, d);
+    } else {
+      RowDotsI8<NQ, 4, kWide>(wq, s, n_groups, g_first, codes, row_bytes, window_byte, n_rows,
+                              out + c, d);
     }
   }
 }
 
 template <int NG>
 KVPACK_I8V_ATTR void AccumulateAvx512(const float* p, size_t ldp, size_t n_q,
-                                      const uint16_t* params, const uint8_t* codes,
+                                      const uint16_t* params, const uint8_t* codes, size_t d,
                                       size_t n_rows, float* out, float* msum) {
   __mmask16 live[kBlocks];
   for (int b = 0; b < kBlocks; ++b) {
@@ -267,7 +317,12 @@ KVPACK_I8V_ATTR void AccumulateAvx512(const float* p, size_t ldp, size_t n_q,
     } else {
       TileWeightsI8<m, NG>(p_i, ldp, params, NG, 0, n_rows, live, wq, s, msum_i);
     }
-    RowDotsI8<m, NG>(wq, s, codes, n_rows, out + i0 * kD);
+    const size_t row_bytes = d / 4;
+    if (row_bytes == kRowBytes) {
+      WindowsI8<m, false>(wq, s, NG, codes, row_bytes, d, n_rows, out + i0 * d);
+    } else {
+      WindowsI8<m, true>(wq, s, NG, codes, row_bytes, d, n_rows, out + i0 * d);
+    }
   });
 }
 
@@ -278,8 +333,13 @@ KVPACK_I8V_ATTR void AccumulateAvx512(const float* p, size_t ldp, size_t n_q,
 
 bool HasI8ValueKernel(size_t d, size_t n_groups, size_t n_rows) {
 #if KVPACK_HAVE_I8V_KERNEL
-  return d == kD && (n_groups == 1 || n_groups == 2 || n_groups == 4) &&
-         n_rows <= kI8ValueTileRowsMax && CpuHasI8ValueKernel() && CodeKernelsUseAvx512();
+  if (d == 0 || d % kD != 0 || !(n_groups == 1 || n_groups == 2 || n_groups == 4) ||
+      d % n_groups != 0 || n_rows > kI8ValueTileRowsMax) {
+    return false;
+  }
+  const size_t group = d / n_groups;  // whole windows per group, or whole groups per window
+  if (!(group % kD == 0 || group == 32 || group == 16)) return false;
+  return CpuHasI8ValueKernel() && CodeKernelsUseAvx512();
 #else
   (void)d, (void)n_groups, (void)n_rows;
   return false;
@@ -287,19 +347,19 @@ bool HasI8ValueKernel(size_t d, size_t n_groups, size_t n_rows) {
 }
 
 void AccumulateTwoBitRowsI8(const float* p, size_t ldp, size_t n_q, const uint16_t* params,
-                            size_t n_groups, const uint8_t* codes, size_t n_rows, float* out,
-                            float* msum) {
+                            size_t n_groups, const uint8_t* codes, size_t d, size_t n_rows,
+                            float* out, float* msum) {
   if (n_rows == 0 || n_q == 0) return;
 #if KVPACK_HAVE_I8V_KERNEL
-  if (HasI8ValueKernel(kD, n_groups, n_rows)) {
+  if (HasI8ValueKernel(d, n_groups, n_rows)) {
     switch (n_groups) {
-      case 1: AccumulateAvx512<1>(p, ldp, n_q, params, codes, n_rows, out, msum); return;
-      case 2: AccumulateAvx512<2>(p, ldp, n_q, params, codes, n_rows, out, msum); return;
-      default: AccumulateAvx512<4>(p, ldp, n_q, params, codes, n_rows, out, msum); return;
+      case 1: AccumulateAvx512<1>(p, ldp, n_q, params, codes, d, n_rows, out, msum); return;
+      case 2: AccumulateAvx512<2>(p, ldp, n_q, params, codes, d, n_rows, out, msum); return;
+      default: AccumulateAvx512<4>(p, ldp, n_q, params, codes, d, n_rows, out, msum); return;
     }
   }
 #endif
-  AccumulateTwoBitRowsI8Ref(p, ldp, n_q, params, n_groups, codes, n_rows, out, msum);
+  AccumulateTwoBitRowsI8Ref(p, ldp, n_q, params, n_groups, codes, d, n_rows, out, msum);
 }
 
 float QuantizeWeightsI8Ref(const float* w, size_t m, int8_t* wq) {
@@ -317,9 +377,9 @@ float QuantizeWeightsI8Ref(const float* w, size_t m, int8_t* wq) {
 }
 
 void AccumulateTwoBitRowsI8Ref(const float* p, size_t ldp, size_t n_q, const uint16_t* params,
-                               size_t n_groups, const uint8_t* codes, size_t n_rows, float* out,
-                               float* msum) {
-  const size_t group = kD / n_groups;
+                               size_t n_groups, const uint8_t* codes, size_t d, size_t n_rows,
+                               float* out, float* msum) {
+  const size_t group = d / n_groups, row_bytes = d / 4;
   std::vector<float> w(n_rows);
   std::vector<int8_t> wq(n_rows);
   for (size_t i = 0; i < n_q; ++i) {
@@ -334,8 +394,8 @@ void AccumulateTwoBitRowsI8Ref(const float* p, size_t ldp, size_t n_q, const uin
       const float s = QuantizeWeightsI8Ref(w.data(), n_rows, wq.data());
       for (size_t c = g * group; c < (g + 1) * group; ++c) {
         int64_t acc = 0;
-        for (size_t k = 0; k < n_rows; ++k) acc += int64_t{wq[k]} * CodeAt(codes + k * kRowBytes, c);
-        out[i * kD + c] = std::fma(s, static_cast<float>(acc), out[i * kD + c]);
+        for (size_t k = 0; k < n_rows; ++k) acc += int64_t{wq[k]} * CodeAt(codes + k * row_bytes, c);
+        out[i * d + c] = std::fma(s, static_cast<float>(acc), out[i * d + c]);
       }
     }
   }

@@ -7,8 +7,8 @@
 // Design goals: on a 2-bit cache the value kernel's multiplies were the largest share of the
 // attention time (FlexGen-2 at depth 8192: about half of it), and `vpdpwssd` throughput was
 // its limit; four rows per instruction halve that work. Four rows of a 64-channel 2-bit head
-// are one 64-byte line: a byte permutation, one shift per lane and a mask give every channel
-// its four codes.
+// are one 64-byte line (wider heads: 64 channels at a time, four 16-byte loads): a byte
+// permutation, one shift per lane and a mask give every channel its four codes.
 // The price is the weights' precision: per (query row i, group g) the step is
 // s = max_k |w_k| / 127, each weight moves by at most s / 2, so an output moves by at most
 //   s / 2 * sum_k code_k   (code_k <= 3)
@@ -17,8 +17,9 @@
 // (wikitext-2, README's quality table), mean KLD against f32 moved by -0.5% to +2.5% for
 // FlexGen-2, KIVI-2, HF-2 and GEAR-2. 4-bit codes keep int16 weights (KIVI-4 moved by +7%
 // with int8 ones).
-// Non-goals: widths other than 2 bits, heads other than 64 channels of whole rows, CPUs
-// without AVX512-VNNI + VBMI: those use ops/code_dot_i16.h.
+// Non-goals: widths other than 2 bits, windows of a row (KCVT's all-head rows), heads that
+// are not a multiple of 64 channels, CPUs without AVX512-VNNI + VBMI + DQ: those use
+// ops/code_dot_i16.h.
 #ifndef KVPACK_OPS_VALUE_DOT_I8_H_
 #define KVPACK_OPS_VALUE_DOT_I8_H_
 
@@ -30,28 +31,29 @@ namespace kvpack {
 // Rows per call at most (one attention tile of TokenGroupRows).
 constexpr size_t kI8ValueTileRowsMax = 64;
 
-// Whether AccumulateTwoBitRowsI8 runs its integer kernel here: d = 64 channels as whole rows
-// of 16 bytes, 1, 2 or 4 groups per row (group 64, 32 or 16), at most kI8ValueTileRowsMax
-// rows, a CPU with AVX512-VNNI and VBMI (and those targets allowed for tests).
+// Whether AccumulateTwoBitRowsI8 runs its integer kernel here: d a multiple of 64 channels
+// (whole rows of d / 4 bytes), 1, 2 or 4 groups per row whose size is a multiple of 64 or is
+// 32 or 16 (a 64-channel window then holds whole groups), at most kI8ValueTileRowsMax rows, a
+// CPU with AVX512-VNNI, VBMI and DQ (and those targets allowed for tests).
 bool HasI8ValueKernel(size_t d, size_t n_groups, size_t n_rows);
 
-// A tile of consecutive 2-bit rows (LSB-first, 16 bytes each, d = 64 channels; codes [n_rows,
-// 16]) with their fp16 (scale, min) pairs (params [n_rows, n_groups, 2], group = 64 /
-// n_groups channels) and the probabilities p [n_q, ldp]:
+// A tile of consecutive 2-bit rows (LSB-first, d / 4 bytes each; codes [n_rows, d / 4]) with
+// their fp16 (scale, min) pairs (params [n_rows, n_groups, 2], group = d / n_groups channels)
+// and the probabilities p [n_q, ldp]:
 //   w[i, g, k] = p[i * ldp + k] * scale[k, g],
 //   msum[i * n_groups + g] += sum_k p[i * ldp + k] * min[k, g],
 //   (wq, s) = QuantizeWeightsI8Ref(w[i, g, :]) per (i, g),
-//   out[i * 64 + c] = fma(s_ig, sum_k wq[k] * code[k, c], out[i * 64 + c])   (g = c / group).
-// Requires HasI8ValueKernel(64, n_groups, n_rows); out is bit-identical to the twin's,
-// msum a float sum in another order.
+//   out[i * d + c] = fma(s_ig, sum_k wq[k] * code[k, c], out[i * d + c])   (g = c / group).
+// Where HasI8ValueKernel(d, n_groups, n_rows) the integer kernel (64 channels at a time), out
+// bit-identical to the twin's and msum a float sum in another order; elsewhere the twin.
 void AccumulateTwoBitRowsI8(const float* p, size_t ldp, size_t n_q, const uint16_t* params,
-                            size_t n_groups, const uint8_t* codes, size_t n_rows, float* out,
-                            float* msum);
-// The twin, for any CPU and n_groups dividing 64: the same float weights and quantizer,
+                            size_t n_groups, const uint8_t* codes, size_t d, size_t n_rows,
+                            float* out, float* msum);
+// The twin, for any CPU and any n_groups dividing d: the same float weights and quantizer,
 // codes read bit by bit, exact integer sums, one fused multiply-add per output.
 void AccumulateTwoBitRowsI8Ref(const float* p, size_t ldp, size_t n_q, const uint16_t* params,
-                               size_t n_groups, const uint8_t* codes, size_t n_rows, float* out,
-                               float* msum);
+                               size_t n_groups, const uint8_t* codes, size_t d, size_t n_rows,
+                               float* out, float* msum);
 
 // The weight quantizer of both: amax = max_k |w_k|; all zero (s = 0) when !(amax > 0);
 // otherwise wq_k = round-to-nearest-even(w_k * (127 / amax)) (|wq_k| <= 127) and

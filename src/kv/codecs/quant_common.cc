@@ -418,15 +418,17 @@ void TokenGroupRows::Accumulate(int64_t r0, const int64_t* rows, int64_t n_sel, 
   // read from memory: every head's pass then streams every row; those keep the unpacking.)
   const bool packed = rows == nullptr && UseIntegerValues(bits_) &&
                       HasPackedInt16ValueKernel(bits_, n, c0, group_);
-  // Whole 64-channel rows of 2-bit codes: int8 weights, four rows per multiply
-  // (ops/value_dot_i8.h: half the multiply work of the int16 kernel; its coarser weights
-  // move a 2-bit cache's KLD by a few percent of the codes' own error).
-  const bool two_bit_rows = packed && bits_ == 2 && c0 == 0 && n == 64 && row_bytes_ == 16;
+  // Whole rows of 2-bit codes (heads of 64, 128, ... channels): int8 weights, four rows per
+  // multiply (ops/value_dot_i8.h: half the multiply work of the int16 kernel; its coarser
+  // weights move a 2-bit cache's KLD by a few percent of the codes' own error).
+  const bool two_bit_rows =
+      packed && bits_ == 2 && c0 == 0 && n % 64 == 0 && row_bytes_ == n / 4;
   for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRows) {
     const int64_t k1 = std::min(n_sel, k0 + kTileRows), m = k1 - k0;
-    if (two_bit_rows && HasI8ValueKernel(64, n_groups_, m)) {
+    if (two_bit_rows && HasI8ValueKernel(n, n_groups_, m)) {
       AccumulateTwoBitRowsI8(p + col0 + k0, ld, n_q, &params_[(r0 + k0) * 2 * n_groups_],
-                             n_groups_, &codes_[(r0 + k0) * row_bytes_], m, out, t.msum.data());
+                             n_groups_, &codes_[(r0 + k0) * row_bytes_], n, m, out,
+                             t.msum.data());
       continue;
     }
     if (packed && HasFusedPackedValueKernel(bits_, n, c0, group_, n_groups_, m)) {
