@@ -12,7 +12,8 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define KVPACK_HAVE_VNNI_KERNEL 1
-#define KVPACK_VNNI_ATTR __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vnni")))
+#define KVPACK_VNNI_ATTR \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vbmi,avx512vnni")))
 #else
 #define KVPACK_HAVE_VNNI_KERNEL 0
 #endif
@@ -20,7 +21,7 @@
 #include "core/half.h"
 #include "ops/code_dot.h"
 #include "ops/code_unpack.h"
-#include "ops/group_params_avx512.h"
+#include "ops/value_tile_avx512.h"
 #include "ops/query_chunks.h"
 
 namespace kvpack {
@@ -59,6 +60,7 @@ size_t GroupsOfWindow(size_t first, size_t d, size_t group) {
 bool CpuHasVnniKernel() {
   static const bool ok = __builtin_cpu_supports("avx512f") &&
                          __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512dq") &&
                          __builtin_cpu_supports("avx512vbmi") &&
                          __builtin_cpu_supports("avx512vnni");
   return ok;
@@ -318,6 +320,7 @@ KVPACK_VNNI_ATTR void AxpyI16Avx512(const float* w, size_t n_q, size_t ld, const
 
 constexpr size_t kTileLdq = kPackedTileRowsMax;
 constexpr int kTileBlocks = kPackedTileRowsMax / 16;
+static_assert(kTileBlocks == 4, "TileWeights4 takes a tile of 4 blocks of 16 rows");
 
 // Query rows [0, NQ) and window groups [gb, gb + NG) of a tile (of ng groups, the row's groups
 // g0 + g): weights p * scale, their largest magnitude, their int16 quantization (rows of wq
@@ -358,16 +361,11 @@ KVPACK_VNNI_ATTR void TileWeights(const float* p, size_t ldp, const uint16_t* pa
     for (int b = 0; b < kTileBlocks; ++b) pb[b] = _mm512_maskz_loadu_ps(live[b], p + i * ldp + 16 * b);
 #pragma GCC unroll 4
     for (size_t g = 0; g < NG; ++g) {
-      __m512 w[kTileBlocks], vmax = _mm512_setzero_ps(), macc = _mm512_setzero_ps();
-#pragma GCC unroll 4
-      for (int b = 0; b < kTileBlocks; ++b) {
-        w[b] = _mm512_mul_ps(pb[b], scale[g][b]);
-        vmax = _mm512_max_ps(vmax, _mm512_abs_ps(w[b]));
-        macc = _mm512_fmadd_ps(pb[b], min[g][b], macc);
-      }
+      __m512 w[kTileBlocks];
+      float min_sum;
+      const float amax = TileWeights4(pb, scale[g], min[g], w, min_sum);
       const size_t r = i * ng + gb + g;
-      if constexpr (kParams != TileParams::kQ8_0Scales) msum[r] += _mm512_reduce_add_ps(macc);
-      const float amax = _mm512_reduce_max_ps(vmax);
+      if constexpr (kParams != TileParams::kQ8_0Scales) msum[r] += min_sum;
       int16_t* row = wq + r * kTileLdq;
       if (!(amax > 0.0f)) {
         std::fill(row, row + kTileLdq, int16_t{0});

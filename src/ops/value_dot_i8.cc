@@ -14,7 +14,7 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
-#include "ops/group_params_avx512.h"
+#include "ops/value_tile_avx512.h"
 #define KVPACK_HAVE_I8V_KERNEL 1
 #define KVPACK_I8V_ATTR \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vbmi,avx512vnni")))
@@ -91,10 +91,6 @@ constexpr PickCodes kPickCodes = [] {
   return t;
 }();
 
-// vrangeps: the larger magnitude of the two, sign cleared (imm8[1:0] = 11: absolute max,
-// imm8[3:2] = 10: clear the sign; Intel SDM, VRANGEPS).
-constexpr int kMaxAbs = 0x0B;
-
 // Scales and mins (as floats) of groups [gb, gb + NG) of the 16 rows from r, of which rows
 // [r, r + n) exist, into scale[g][b], min[g][b]. One group per row: the row's (scale, min)
 // word of 16 rows, one 16-bit permutation into scales | mins. Two: two loads (8 rows of 4
@@ -156,16 +152,11 @@ KVPACK_I8V_ATTR void TileWeightsI8(const float* p, size_t ldp, const uint16_t* p
     for (int b = 0; b < kBlocks; ++b) pb[b] = _mm512_maskz_loadu_ps(live[b], p + i * ldp + 16 * b);
 #pragma GCC unroll 4
     for (int g = 0; g < NG; ++g) {
-      __m512 w[kBlocks], vmax = _mm512_setzero_ps(), macc = _mm512_setzero_ps();
-#pragma GCC unroll 4
-      for (int b = 0; b < kBlocks; ++b) {
-        w[b] = _mm512_mul_ps(pb[b], scale[g][b]);
-        vmax = _mm512_range_ps(vmax, w[b], kMaxAbs);
-        macc = _mm512_fmadd_ps(pb[b], min[g][b], macc);
-      }
+      __m512 w[kBlocks];
+      float min_sum;
+      const float amax = TileWeights4(pb, scale[g], min[g], w, min_sum);
       const size_t r = i * n_groups + gb + g;
-      msum[r] += _mm512_reduce_add_ps(macc);
-      const float amax = _mm512_reduce_max_ps(vmax);
+      msum[r] += min_sum;
       if (!(amax > 0.0f)) {
         std::memset(wq[r], 0, kI8ValueTileRowsMax);
         s[r] = 0.0f;
