@@ -19,8 +19,9 @@
 // come from the unpacked tile (ops/code_dot_i8.h); 8-bit codes use the float kernels of
 // ops/code_dot.h. Values fold the per-(row, group) scale into the probability once per tile
 // (AxpyCodeRowsWeighted, or int16 weights for 2/4-bit codes: ops/code_dot_i16.h, which reads
-// whole packed rows without unpacking them) and add p.min per group. The float form of the cache never exists beyond one tile per thread; the
-// bytes read are the compressed ones.
+// whole packed rows without unpacking them; whole 2-bit rows take int8 weights,
+// ops/value_dot_i8.h) and add p.min per group. The float form of the cache never exists
+// beyond one tile per thread; the bytes read are the compressed ones.
 // Non-goals: thread safety of mutation; bit-exactness with the Python libraries (the
 // quantizer follows METHODS.md 0 exactly, HQQ follows the published update rules).
 #ifndef KVPACK_KV_CODECS_QUANT_COMMON_H_
