@@ -81,6 +81,13 @@ uint32_t EntryWord(uint16_t value, int64_t other) {
   return value | static_cast<uint32_t>(other) << 16;
 }
 
+// x[0..n) rounded to bf16 (the factor every product takes, outlier_cells.h).
+std::vector<float> RoundedToBf16(const float* x, size_t n) {
+  std::vector<float> y(n);
+  for (size_t k = 0; k < n; ++k) y[k] = Bf16ToFp32(Fp32ToBf16(x[k]));
+  return y;
+}
+
 }  // namespace
 
 void EncodeOutlierSlice(OutlierLanes lanes, int d, int64_t slice,
@@ -148,6 +155,7 @@ void OutlierScoresRef(const uint32_t* stream, const uint32_t* cell_begin, int64_
                       int d, const float* q, int n_q, float* scores, int64_t ld) {
   constexpr int64_t kSlice = OutlierSliceRows(OutlierLanes::kRows);
   std::vector<float> acc(static_cast<size_t>(n_q) * kOutlierCellLanes);
+  const std::vector<float> q16 = RoundedToBf16(q, static_cast<size_t>(n_q) * d);
   for (int64_t s = r0 / kSlice; s * kSlice < r1; ++s) {
     const Cell cell = ParseCell(OutlierLanes::kRows, d, stream + cell_begin[s]);
     if (cell.n_rounds == 0) continue;
@@ -159,7 +167,7 @@ void OutlierScoresRef(const uint32_t* stream, const uint32_t* cell_begin, int64_
         const int c = static_cast<int>(*e >> 16);
         for (int i = 0; i < n_q; ++i) {
           float& a = acc[i * kOutlierCellLanes + l];
-          a = std::fma(q[i * d + c], v, a);
+          a = std::fma(q16[i * d + c], v, a);
         }
       }
     }
@@ -192,7 +200,7 @@ void OutlierAccumulateRef(const uint32_t* stream, const uint32_t* cell_begin, in
           const float v = Fp16ToFp32(static_cast<uint16_t>(*e));
           for (int i = 0; i < n_q; ++i) {
             float& a = acc[i * kOutlierCellLanes + l];
-            a = std::fma(p[i * ld + (r - r0)], v, a);
+            a = std::fma(Bf16ToFp32(Fp32ToBf16(p[i * ld + (r - r0)])), v, a);
           }
         }
       }

@@ -28,9 +28,14 @@
 // cell_begin[n_cells]: end); a kernel may read kOutlierStreamSlackWords words past the last
 // cell, which the owner keeps allocated.
 //
-// Arithmetic (the same in the fast kernels and their twins, so they agree bit for bit): a
-// lane's products are summed in a float accumulator that starts at 0, one fused multiply-add
-// per entry in entry order; then
+// Arithmetic (the same in the fast kernels and their twins, so they agree bit for bit): each
+// product is the fp16 value times the query (scores) or weight (accumulate) rounded to bf16
+// (Fp32ToBf16: nearest even, a NaN stays a NaN), so that the fast kernels pick a lane's factor
+// with one 16-bit permutation from a table of 64 (two 32-bit permutations and a blend per
+// query row before, the kernels' main cost; the query and weight are rounded to 8
+// significant bits, a relative error of at most 2^-8 on the outliers' terms, against the
+// int8 query and weights of the backbone's kernels). A lane's products are summed in a float
+// accumulator that starts at 0, one fused multiply-add per entry in entry order; then
 //   scores: scores[i, row - r0] += acc (rows in [r0, r1) only);
 //   accumulate: an accumulator per channel, 0 at the call's start, gets each cell's acc
 //   added; out[i, channel] += it at the end. Rows outside [r0, r1) add nothing.

@@ -1,11 +1,15 @@
 // The AVX-512 kernels of ops/outlier_cells.h (internal: callers use OutlierScores and
 // OutlierAccumulate, which choose them). Same arguments and, per the header's arithmetic
 // rule, the same floats as the twins.
-//   - Scores: the query rows live in registers (up to 128 channels: four permutes pick a
-//     lane's q[channel]); one masked multiply-add per round and query row; the cell's sums
-//     are put back in row order by one permute and added to 16 consecutive scores.
-//   - Accumulate: the 64 weights of a slice live in registers (two permutes pick a lane's
-//     p[row]); the cell's sums are put back in channel order by one permute.
+//   - Scores: the query rows live in registers as bf16 (64 channels per register pair: one
+//     16-bit permute picks a lane's q[channel], straight from the entry word's high half,
+//     into the high half of a float); one masked multiply-add per round and query row; the
+//     cell's sums are put back in row order by one permute and added to 16 consecutive
+//     scores.
+//   - Accumulate: the 64 weights of a slice live in one register pair as bf16 (one permute
+//     picks a lane's p[row]); the cell's sums are put back in channel order by one permute.
+//   - Both run the rounds of two (or four) cells in one loop, so that the loop's exit is
+//     paid once per group and the cells' multiply-add chains overlap.
 #ifndef KVPACK_OPS_OUTLIER_CELLS_AVX512_H_
 #define KVPACK_OPS_OUTLIER_CELLS_AVX512_H_
 

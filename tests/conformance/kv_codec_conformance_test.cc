@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "kv_integer_bounds.h"
+#include "kv_sparse_bounds.h"
 
 #include "core/half.h"
 #include "kv/codec_registry.h"
@@ -458,6 +459,7 @@ TEST_P(CodecConformance, FusedKernelsMatchDecode) {
                                              : SpreadOf(rows);
   for (int h = 0; h < kHeads; ++h) {
     const auto dec = DecodeAll(*s, h);
+    const auto outliers = OutliersOfStore(*s, h, 0, n);  // GEAR's, rounded products
     // Tiles like attention.cc's (128 tokens from an arbitrary segment start) and odd ones.
     for (auto [t0, t1] : std::vector<std::pair<int64_t, int64_t>>{
              {0, 128}, {128, 256}, {256, 333}, {5, 133}, {31, 33}, {300, 333}, {0, n}}) {
@@ -476,7 +478,8 @@ TEST_P(CodecConformance, FusedKernelsMatchDecode) {
           // q*scale and q.min; 4 * d * 2^-24 * (mag + 1) covers both with margin.
           // Plus, for 2/4-bit keys, the int8 query's term (derived in kv_integer_bounds.h).
           const double tol = 4.0 * d() * 6e-8 * (mag + 1.0) +
-                             (integer ? IntegerKeyScoreBound(&q[i * d()], d(), key_range) : 0.0);
+                             (integer ? IntegerKeyScoreBound(&q[i * d()], d(), key_range) : 0.0) +
+                             SparseScoreBound(outliers, &q[i * d()], t);
           ASSERT_NEAR(scores[i * m + (t - t0)], ref, tol) << "tile " << t0 << ".." << t1;
         }
       }
@@ -494,7 +497,8 @@ TEST_P(CodecConformance, FusedKernelsMatchDecode) {
           // Plus, for 2/4-bit values, the int8 / int16 weights' term (kv_integer_bounds.h).
           const double tol =
               4.0 * m * 6e-8 * (mag + 1.0) +
-              (integer ? IntegerValueBound(&p[i * m], m, key_range, CodeBits(codec, spec())) : 0.0);
+              (integer ? IntegerValueBound(&p[i * m], m, key_range, CodeBits(codec, spec())) : 0.0) +
+              SparseAccumulateBound(outliers, &p[i * m], t0, t1, c);
           ASSERT_NEAR(out[i * d() + c], ref, tol) << "tile " << t0 << ".." << t1;
         }
       }

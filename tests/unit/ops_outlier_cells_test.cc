@@ -10,6 +10,8 @@
 #include <hwy/targets.h>
 
 #include <algorithm>
+#include <cmath>
+#include <iterator>
 #include <random>
 #include <vector>
 
@@ -127,6 +129,54 @@ TEST(OutlierCells, ProductsEqualTheTwinsOnEveryTarget) {
   if (fast_scores == 0 || fast_accumulate == 0) {
     GTEST_SKIP() << "no AVX-512: only the twins ran";
   }
+}
+
+// Each product takes the query or weight rounded to bf16 as Fp32ToBf16 does: ties to even
+// both ways, a NaN with its payload only in the low bits stays a NaN (not an infinity), the
+// largest floats round to infinity, subnormals and signed zeros. One entry of value 1 per
+// row and channel (row r, channel r) makes every output that rounded factor alone (0 + x).
+TEST(OutlierCells, FactorsAreRoundedToBf16) {
+  const uint32_t specials[] = {
+      0x3f808000u,  // 1 + 2^-8: a tie, even below -> 1
+      0x3f818000u,  // a tie, odd below -> up
+      0x3f80ffffu, 0xbf808001u, 0x7f800001u,  // NaN, payload in the low bits only
+      0xffc00000u, 0x7f800000u, 0xff800000u, 0x7f7fffffu,  // largest float -> inf
+      0x00000001u, 0x807fffffu, 0x80000000u, 0x00000000u, 0x3eaaaaabu, 0xc2f6e979u};
+  constexpr int d = 64;
+  std::vector<OutlierEntry> entries;
+  for (int r = 0; r < d; ++r) entries.push_back({r, r, Fp32ToFp16(1.0f)});
+  const Stream keys = Encode(OutlierLanes::kRows, d, d, entries);
+  const Stream values = Encode(OutlierLanes::kChannels, d, d, entries);
+  std::vector<float> x(d);
+  std::mt19937 rng(3);
+  for (int c = 0; c < d; ++c) {
+    x[c] = c < static_cast<int>(std::size(specials)) ? Fp32FromBits(specials[c])
+                                                      : std::normal_distribution<float>()(rng);
+  }
+  int fast = 0;
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    fast += HasFastOutlierScores(d) && HasFastOutlierAccumulate(d);
+    std::vector<float> scores(d, 0.0f), out(d, 0.0f);
+    OutlierScores(keys.words.data(), keys.cell_begin.data(), 0, d, d, x.data(), 1, scores.data(), d);
+    OutlierAccumulate(values.words.data(), values.cell_begin.data(), 0, d, d, x.data(), 1, d, out.data());
+    for (int c = 0; c < d; ++c) {
+      const float want = 0.0f + Bf16ToFp32(Fp32ToBf16(x[c]));
+      for (float got : {scores[c], out[c]}) {
+        if (std::isnan(want)) {
+          ASSERT_TRUE(std::isnan(got)) << hwy::TargetName(target) << " " << c;
+        } else {
+          ASSERT_EQ(BitsFromFp32(got), BitsFromFp32(want)) << hwy::TargetName(target) << " " << c;
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  EXPECT_EQ(Bf16ToFp32(Fp32ToBf16(x[0])), 1.0f);
+  EXPECT_EQ(BitsFromFp32(Bf16ToFp32(Fp32ToBf16(x[1]))), 0x3f820000u);
+  EXPECT_TRUE(std::isnan(Bf16ToFp32(Fp32ToBf16(x[4]))));
+  EXPECT_TRUE(std::isinf(Bf16ToFp32(Fp32ToBf16(x[8]))));
+  if (fast == 0) GTEST_SKIP() << "no AVX-512: only the twins ran";
 }
 
 }  // namespace

@@ -57,6 +57,7 @@
 #ifndef KVPACK_KV_CODECS_GEAR_CODEC_H_
 #define KVPACK_KV_CODECS_GEAR_CODEC_H_
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -122,6 +123,11 @@ class GearStore final : public ComponentStore {
   int64_t n_buffered(int head) const;
   int64_t n_blocks(int head) const { return lowrank_[head].n_blocks(); }
   int64_t n_outliers(int head) const { return sparse_[head].n_entries(); }
+  // The outliers of compressed tokens [t0, t1) (row = token), sorted by (row, channel);
+  // none for gear-l.
+  std::vector<OutlierEntry> OutliersOf(int head, int64_t t0, int64_t t1) const {
+    return sparse_[head].EntriesOf(t0, std::min(t1, n_compressed(head)));
+  }
   // The outlier layout's bytes besides the entries (part of Memory().other_bytes).
   size_t outlier_index_bytes(int head) const { return sparse_[head].index_bytes(); }
 

@@ -211,7 +211,9 @@ void SparseOutliers::AddScores(int64_t r0, int64_t r1, const float* q, int n_q, 
   }
   for (const OutlierEntry& e : EntriesOf(r0, r1)) {  // scores[i, row - r0] += q[i, channel] * v
     const float v = Fp16ToFp32(e.value);
-    for (int i = 0; i < n_q; ++i) scores[i * ld + (e.row - r0)] += q[i * d_ + e.channel] * v;
+    for (int i = 0; i < n_q; ++i) {
+      scores[i * ld + (e.row - r0)] += Bf16ToFp32(Fp32ToBf16(q[i * d_ + e.channel])) * v;
+    }
   }
 }
 
@@ -225,7 +227,9 @@ void SparseOutliers::AddAccumulate(int64_t r0, int64_t r1, const float* p, int n
   }
   for (const OutlierEntry& e : EntriesOf(r0, r1)) {  // out[i, channel] += p[i, row - r0] * v
     const float v = Fp16ToFp32(e.value);
-    for (int i = 0; i < n_q; ++i) out[i * d_ + e.channel] += p[i * ld + (e.row - r0)] * v;
+    for (int i = 0; i < n_q; ++i) {
+      out[i * d_ + e.channel] += Bf16ToFp32(Fp32ToBf16(p[i * ld + (e.row - r0)])) * v;
+    }
   }
 }
 

@@ -6,7 +6,8 @@
 //     every step is a SIMD dot or axpy along tokens or channels straight on the fp16 data;
 //   - SparseOutliers: (row, channel, fp16 value) entries in the cells of
 //     ops/outlier_cells.h (keys by row, values by channel, in row slices); q.S and p.S read
-//     only the slices of the rows asked for, with no scatter.
+//     only the slices of the rows asked for, with no scatter, and multiply each outlier by
+//     the query or weight rounded to bf16 (the cells' arithmetic rule).
 // Rows are the head's compressed tokens in storage order. Keep() implements eviction: a
 // block that loses tokens drops their rows of A and keeps B (the survivors' L rows are
 // unchanged); a block with no survivor is freed; evicted tokens' entries of S are freed.
@@ -95,6 +96,8 @@ class SparseOutliers {
   // depends on the configuration only, never on the data, so memory stays a formula.
   void ExtendRows(int64_t n_rows, bool with_cells = true);
 
+  // The stored entries of rows [r0, r1), sorted by (row, channel).
+  std::vector<OutlierEntry> EntriesOf(int64_t r0, int64_t r1) const;
   void AddDecode(int64_t r0, int64_t r1, float* out) const;  // out: [r1 - r0, d]
   void AddScores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
                  int64_t ld) const;
@@ -111,8 +114,6 @@ class SparseOutliers {
   int cells_per_slice() const { return OutlierCellsPerSlice(lanes_, d_); }
   // Rows [0, cell_rows_) hold cells; r1 past them is cut there.
   int64_t Covered(int64_t r1) const { return std::min(r1, cell_rows_); }
-  // The stored entries of rows [r0, r1), sorted by (row, channel).
-  std::vector<OutlierEntry> EntriesOf(int64_t r0, int64_t r1) const;
   // Encodes slices from cell_begin_'s end up to the one holding row n_rows - 1, taking the
   // sorted `entries` (rows of those slices only).
   // with_cells = false while no cells exist: only n_rows_ moves (entries must be empty).
