@@ -61,6 +61,21 @@ KVPACK_OUTLIER_INLINE CellView ViewCell(const uint32_t* words) {
   return v;
 }
 
+// Cells [c0, c0 + kCells) viewed (each asking for the lines ahead of it); whether any holds
+// an entry.
+template <int kCells>
+KVPACK_OUTLIER_INLINE bool ViewCells(const uint32_t* stream, const uint32_t* cell_begin, size_t c0,
+                                     CellView (&cell)[kCells]) {
+  int any = 0;
+  for (int j = 0; j < kCells; ++j) {
+    const uint32_t* words = stream + cell_begin[c0 + j];
+    PrefetchCellAhead(words);
+    cell[j] = ViewCell(words);
+    any |= cell[j].n_rounds;
+  }
+  return any != 0;
+}
+
 // rank[o], the position of lane o in the cell's ranking.
 KVPACK_OUTLIER_INLINE __m512i CellRanks(const uint32_t* words) {
   return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(words + 4)));
@@ -152,14 +167,7 @@ KVPACK_OUTLIER_INLINE void ScoreCells(const uint32_t* stream, const uint32_t* ce
                                       float* scores, int64_t ld) {
   constexpr int64_t kSlice = OutlierSliceRows(OutlierLanes::kRows);
   CellView cell[kCells];
-  int any = 0;
-  for (int j = 0; j < kCells; ++j) {
-    const uint32_t* words = stream + cell_begin[s + j];
-    PrefetchCellAhead(words);
-    cell[j] = ViewCell(words);
-    any |= cell[j].n_rounds;
-  }
-  if (any == 0) return;
+  if (!ViewCells(stream, cell_begin, static_cast<size_t>(s), cell)) return;
   __m512 acc[kNq][kCells];
   RunRounds<kNq, kCells, kChunks, true>(cell, q, __m512i{}, __m512i{}, acc);
   for (int j = 0; j < kCells; ++j) {
@@ -241,14 +249,7 @@ KVPACK_OUTLIER_INLINE void AccumulateCells(const uint32_t* stream, const uint32_
                                            __m512i lo, __m512i hi, int g, int width,
                                            float* channel_acc) {
   CellView cell[kCells];
-  int any = 0;
-  for (int j = 0; j < kCells; ++j) {
-    const uint32_t* words = stream + cell_begin[c0 + j];
-    PrefetchCellAhead(words);
-    cell[j] = ViewCell(words);
-    any |= cell[j].n_rounds;
-  }
-  if (any == 0) return;
+  if (!ViewCells(stream, cell_begin, c0, cell)) return;
   __m512 acc[kNq][kCells];
   if (inside) {
     RunRounds<kNq, kCells, 2, true>(cell, w, lo, hi, acc);
