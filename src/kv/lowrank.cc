@@ -58,6 +58,60 @@ LowRankFactors PowerIterationLowRank(const float* x, int64_t n, int d, int64_t l
   f.b.assign(static_cast<size_t>(d) * r, 0.0);
   if (r == 0) return f;
   f.b = PowerIterationStart(seed, d, r);
+  // X^T [d, n], so that both products run along contiguous rows: A = X B one column of X
+  // (a row of X^T) at a time, B = X^T A one row of X at a time, each adding into a
+  // rank-major scratch [r, n] or [r, d]. Every element still sums its products in the
+  // twin's order (channels ascending for A, tokens ascending for B), so the factors are
+  // the twin's bit for bit.
+  std::vector<float> xt(static_cast<size_t>(d) * n);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int c = 0; c < d; ++c) xt[static_cast<size_t>(c) * n + t] = x[t * ld + c];
+  }
+  std::vector<double> by_rank(static_cast<size_t>(r) * std::max<int64_t>(n, d));
+  for (int it = 0; it < std::max(iters, 1); ++it) {
+    OrthonormalizeColumns(f.b.data(), d, r);
+    // A = X B  [n, r]
+    std::fill_n(by_rank.begin(), static_cast<size_t>(r) * n, 0.0);
+    for (int c = 0; c < d; ++c) {
+      const float* col = &xt[static_cast<size_t>(c) * n];
+      for (int k = 0; k < r; ++k) {
+        const double b = f.b[static_cast<size_t>(c) * r + k];
+        double* a = &by_rank[static_cast<size_t>(k) * n];
+        for (int64_t t = 0; t < n; ++t) a[t] += static_cast<double>(col[t]) * b;
+      }
+    }
+    for (int64_t t = 0; t < n; ++t) {
+      for (int k = 0; k < r; ++k) f.a[t * r + k] = by_rank[static_cast<size_t>(k) * n + t];
+    }
+    OrthonormalizeColumns(f.a.data(), n, r);
+    // B = X^T A  [d, r]
+    std::fill_n(by_rank.begin(), static_cast<size_t>(r) * d, 0.0);
+    for (int64_t t = 0; t < n; ++t) {
+      const float* row = x + t * ld;
+      for (int k = 0; k < r; ++k) {
+        const double a = f.a[t * r + k];
+        double* b = &by_rank[static_cast<size_t>(k) * d];
+        for (int c = 0; c < d; ++c) b[c] += static_cast<double>(row[c]) * a;
+      }
+    }
+    for (int c = 0; c < d; ++c) {
+      for (int k = 0; k < r; ++k) f.b[static_cast<size_t>(c) * r + k] = by_rank[static_cast<size_t>(k) * d + c];
+    }
+  }
+  return f;
+}
+
+LowRankFactors PowerIterationLowRankRef(const float* x, int64_t n, int d, int64_t ld, int rank,
+                                     int iters, uint64_t seed) {
+  LowRankFactors f;
+  f.n = n;
+  f.d = d;
+  f.rank = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>({rank, n, d})));
+  const int r = f.rank;
+  f.a.assign(static_cast<size_t>(n) * r, 0.0);
+  f.b.assign(static_cast<size_t>(d) * r, 0.0);
+  if (r == 0) return f;
+  f.b = PowerIterationStart(seed, d, r);
   for (int it = 0; it < std::max(iters, 1); ++it) {
     OrthonormalizeColumns(f.b.data(), d, r);
     // A = X B  [n, r]
