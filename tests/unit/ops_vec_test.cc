@@ -78,6 +78,29 @@ TEST_P(VecTest, DotKernelsMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(Sizes, VecTest, ::testing::Values(1, 7, 16, 33, 64, 100, 257, 1000));
 
+// The stores convert whole rows with ConvertF32ToF16 (plain f16, fp16 residual rows): on
+// every target it must round as Fp32ToFp16 does where rounding is delicate, at ties (even
+// either way), into fp16 subnormals, at the largest finite value and past it (to infinity).
+TEST(VecTest, ConvertF32ToF16RoundsAsTheScalarOnEveryTarget) {
+  std::vector<float> x = {1.0f + 0x1.0p-11f, 1.0f + 0x3.0p-11f, -(1.0f + 0x1.0p-11f), 65504.0f,
+                          65519.0f, 65520.0f, 1e5f, -1e6f, 0x1.0p-24f, 0x1.8p-24f, 0x1.0p-25f,
+                          0x1.0p-26f, 3e-5f, -6e-8f, 0.0f, -0.0f, 1e-30f, 0.1f, -2.5f, 1234.5f};
+  while (x.size() < 37) x.push_back(static_cast<float>(x.size()) * 0.37f - 3.0f);  // a tail
+  std::vector<uint16_t> want(x.size()), got(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = Fp32ToFp16(x[i]);
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::fill(got.begin(), got.end(), uint16_t{0x5555});
+    ConvertF32ToF16(x.data(), got.data(), x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_EQ(got[i], want[i]) << hwy::TargetName(target) << " x = " << x[i];
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  EXPECT_EQ(want[5], 0x7c00);  // 65520 rounds to infinity
+  EXPECT_EQ(want[8], 0x0001);  // 2^-24: the smallest subnormal
+}
+
 TEST(VecTest, DotQ8_0MatchesReference) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> code(-127, 127);
