@@ -47,17 +47,26 @@ void OrthonormalizeColumns(double* m, int64_t rows, int cols) {
   }
 }
 
-LowRankFactors PowerIterationLowRank(const float* x, int64_t n, int d, int64_t ld, int rank,
-                                     int iters, uint64_t seed) {
+namespace {
+
+// Factors of rank min(rank, n, d), A zero and B the seeded start (none for rank 0).
+LowRankFactors StartFactors(int64_t n, int d, int rank, uint64_t seed) {
   LowRankFactors f;
   f.n = n;
   f.d = d;
   f.rank = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>({rank, n, d})));
+  f.a.assign(static_cast<size_t>(n) * f.rank, 0.0);
+  f.b = f.rank > 0 ? PowerIterationStart(seed, d, f.rank) : std::vector<double>{};
+  return f;
+}
+
+}  // namespace
+
+LowRankFactors PowerIterationLowRank(const float* x, int64_t n, int d, int64_t ld, int rank,
+                                     int iters, uint64_t seed) {
+  LowRankFactors f = StartFactors(n, d, rank, seed);
   const int r = f.rank;
-  f.a.assign(static_cast<size_t>(n) * r, 0.0);
-  f.b.assign(static_cast<size_t>(d) * r, 0.0);
   if (r == 0) return f;
-  f.b = PowerIterationStart(seed, d, r);
   // X^T [d, n], so that both products run along contiguous rows: A = X B one column of X
   // (a row of X^T) at a time, B = X^T A one row of X at a time, each adding into a
   // rank-major scratch [r, n] or [r, d]. Every element still sums its products in the
@@ -101,17 +110,11 @@ LowRankFactors PowerIterationLowRank(const float* x, int64_t n, int d, int64_t l
   return f;
 }
 
-LowRankFactors PowerIterationLowRankRef(const float* x, int64_t n, int d, int64_t ld, int rank,
-                                     int iters, uint64_t seed) {
-  LowRankFactors f;
-  f.n = n;
-  f.d = d;
-  f.rank = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>({rank, n, d})));
+LowRankFactors PowerIterationLowRankRef(const float* x, int64_t n, int d, int64_t ld,
+                                        int rank, int iters, uint64_t seed) {
+  LowRankFactors f = StartFactors(n, d, rank, seed);
   const int r = f.rank;
-  f.a.assign(static_cast<size_t>(n) * r, 0.0);
-  f.b.assign(static_cast<size_t>(d) * r, 0.0);
   if (r == 0) return f;
-  f.b = PowerIterationStart(seed, d, r);
   for (int it = 0; it < std::max(iters, 1); ++it) {
     OrthonormalizeColumns(f.b.data(), d, r);
     // A = X B  [n, r]
