@@ -6,7 +6,9 @@
 //   BM_Attention/<spec>/<depth>: the fused calls (the codec's Scores + Accumulate);
 //   BM_Breakdown/<spec>/<depth>: each part on its own (GearStore::ScoresOf/AccumulateOf),
 //     reported as counters: quantized (backbone codes), lowrank ((q.B).A^T, (p.A).B^T),
-//     sparse (outlier entries), buffer (fp16 streaming buffer) in % of their sum.
+//     sparse (outlier entries), buffer (fp16 streaming buffer) in % of their sum;
+//   BM_PowerIteration/{fast,twin}/<n>/<rank>: one block's compression by power iteration
+//     (kv/lowrank.h), its contiguous-loop version against the scalar twin.
 //
 // Shape: 4 KV heads, head_dim 64, 2 query heads per KV head (n_q = 2), depth 2048 and 8192:
 // a prompt of depth/2 tokens (one GEAR block, rank_prefill) and then one token at a time
@@ -25,6 +27,7 @@
 
 #include "kv/codec_registry.h"
 #include "kv/codecs/gear_codec.h"
+#include "kv/lowrank.h"
 
 namespace kvpack {
 namespace {
@@ -129,6 +132,22 @@ void BM_Breakdown(benchmark::State& state, std::string spec) {
   for (int i = 0; i < 4; ++i) state.counters[names[i]] = 100.0 * seconds[i] / total;
 }
 
+// One block's power iteration (GEAR's compression, paid at append time), the contiguous-loop
+// version against its scalar twin (bit-identical factors): head_dim 64, 3 iterations, n
+// tokens at rank r. Args: n, r, and 1 for the twin.
+void BM_PowerIteration(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const int r = static_cast<int>(state.range(1));
+  const bool twin = state.range(2) != 0;
+  const std::vector<float> x = Rows(n, 5);  // [n, kHeads * kDim]: head 0's columns are used
+  const int64_t ld = kHeads * kDim;
+  for (auto _ : state) {
+    const LowRankFactors f = twin ? PowerIterationLowRankRef(x.data(), n, kDim, ld, r, 3, 7)
+                                  : PowerIterationLowRank(x.data(), n, kDim, ld, r, 3, 7);
+    benchmark::DoNotOptimize(f.b.data());
+  }
+}
+
 }  // namespace
 }  // namespace kvpack
 
@@ -145,6 +164,14 @@ int main(int argc, char** argv) {
                                  kvpack::BM_Breakdown, std::string(spec))
         ->Arg(2048)
         ->Arg(8192)
+        ->Unit(benchmark::kMicrosecond);
+  }
+  for (int twin : {0, 1}) {
+    benchmark::RegisterBenchmark(twin ? "BM_PowerIteration/twin" : "BM_PowerIteration/fast",
+                                 kvpack::BM_PowerIteration)
+        ->Args({64, 2, twin})
+        ->Args({512, 4, twin})
+        ->Args({8192, 4, twin})
         ->Unit(benchmark::kMicrosecond);
   }
   benchmark::Initialize(&argc, argv);

@@ -7,9 +7,10 @@
 // Design goals: deterministic (own seeded generator, no std:: distributions, whose output
 // is implementation-defined); in double, with no dependency (the matrices are one block of
 // one KV head: n tokens x head_dim, r <= 8). The cost is paid once per block at append
-// time: a 64 x 64 decode block at rank 2 took 65-77 us per head with the products'
-// inner loops over the rank (now the scalar twin), 16-26 us with them over contiguous
-// tokens or channels; an 8192-token prompt block at rank 4, 9.2-10.3 ms -> 5.7-6.9 ms.
+// time (bench/gear_breakdown_bench, BM_PowerIteration): a 64 x 64 decode block at rank 2
+// takes 61-63 us with the products' inner loops over the rank (the scalar twin, the old
+// code) and 17-19 us with them over contiguous tokens or channels; an 8192-token prompt
+// block at rank 4, 9.6-9.7 ms against 6.4-6.7 ms.
 // Algorithm 2 orthonormalises only in its last iteration; the column spans it produces are
 // the same in exact arithmetic whether or not the intermediate B's are orthonormalised, and
 // doing it every time keeps the columns from collapsing onto the top singular vector in
