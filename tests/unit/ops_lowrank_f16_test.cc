@@ -3,7 +3,8 @@
 // float sum of m products has |error| <= m * u * sum |products| (u = 2^-24); the fast path
 // sums d (or n) products per projection and rank + 1 terms per output, so
 //   |fast - ref| <= (max(d, n) + rank + 2) * u * M,
-// with M the same expression evaluated on absolute values (computed here in double).
+// with M the same expression evaluated on absolute values (computed here in double), on every
+// SIMD target compiled in (their reductions differ).
 #include "ops/lowrank_f16.h"
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include "core/half.h"
 
@@ -37,78 +39,91 @@ struct Shape {
   size_t rank, d, n, n_q;
 };
 
-const Shape kShapes[] = {{1, 64, 64, 3}, {2, 64, 20, 1}, {4, 64, 37, 5}, {3, 8, 5, 2},
-                         {0, 64, 64, 3}, {64, 72, 130, 2}, {2, 128, 1, 4}};
+const Shape kShapes[] = {{1, 64, 64, 3},  {2, 64, 20, 1},   {4, 64, 37, 5}, {3, 8, 5, 2},
+                         {0, 64, 64, 3},  {64, 72, 130, 2}, {2, 128, 1, 4}, {5, 64, 64, 4},
+                         {2, 64, 128, 3}, {7, 16, 48, 4}};
 
-TEST(LowRankF16, ScoresMatchTheTwinWithinTheFloatBound) {
-  std::mt19937 rng(3);
-  for (const Shape& s : kShapes) {
-    const size_t a_stride = s.n + 5, ld = s.n + 2;
-    const auto a = RandomF16(std::max<size_t>(s.rank, 1) * a_stride, rng);
-    const auto b = RandomF16(std::max<size_t>(s.rank, 1) * s.d, rng);
-    const auto q = RandomF32(s.n_q * s.d, rng);
-    const auto init = RandomF32(s.n_q * ld, rng);
-    std::vector<float> fast = init, ref = init;
-    LowRankAddScoresF16(a.data(), a_stride, b.data(), s.rank, s.d, s.n, q.data(), s.n_q,
-                        fast.data(), ld);
-    LowRankAddScoresF16Ref(a.data(), a_stride, b.data(), s.rank, s.d, s.n, q.data(), s.n_q,
-                           ref.data(), ld);
-    for (size_t i = 0; i < s.n_q; ++i) {
-      for (size_t j = 0; j < ld; ++j) {
-        const size_t x = i * ld + j;
-        if (j >= s.n) {
-          ASSERT_EQ(fast[x], init[x]) << "column " << j << " is outside the block";
-          continue;
+TEST(LowRankF16, ScoresMatchTheTwinWithinTheFloatBoundOnEveryTarget) {
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::mt19937 rng(3);
+    for (const Shape& s : kShapes) {
+      const size_t a_stride = s.n + 5, ld = s.n + 2;
+      const auto a = RandomF16(std::max<size_t>(s.rank, 1) * a_stride, rng);
+      const auto b = RandomF16(std::max<size_t>(s.rank, 1) * s.d, rng);
+      const auto q = RandomF32(s.n_q * s.d, rng);
+      const auto init = RandomF32(s.n_q * ld, rng);
+      std::vector<float> fast = init, ref = init;
+      LowRankAddScoresF16(a.data(), a_stride, b.data(), s.rank, s.d, s.n, q.data(), s.n_q,
+                          fast.data(), ld);
+      LowRankAddScoresF16Ref(a.data(), a_stride, b.data(), s.rank, s.d, s.n, q.data(), s.n_q,
+                             ref.data(), ld);
+      for (size_t i = 0; i < s.n_q; ++i) {
+        for (size_t j = 0; j < ld; ++j) {
+          const size_t x = i * ld + j;
+          if (j >= s.n) {
+            ASSERT_EQ(fast[x], init[x]) << "column " << j << " is outside the block";
+            continue;
+          }
+          double mass = std::fabs(init[x]);
+          for (size_t k = 0; k < s.rank; ++k) {
+            double qb = 0.0;
+            for (size_t c = 0; c < s.d; ++c)
+              qb += std::fabs(q[i * s.d + c] * Fp16ToFp32(b[k * s.d + c]));
+            mass += qb * std::fabs(Fp16ToFp32(a[k * a_stride + j]));
+          }
+          const double bound = (std::max(s.d, s.n) + s.rank + 2) * kU * mass;
+          ASSERT_LE(std::fabs(fast[x] - ref[x]), bound)
+              << hwy::TargetName(target) << " rank " << s.rank << " d " << s.d << " n " << s.n
+              << " row " << i << " col " << j;
         }
-        double mass = std::fabs(init[x]);
-        for (size_t k = 0; k < s.rank; ++k) {
-          double qb = 0.0;
-          for (size_t c = 0; c < s.d; ++c) qb += std::fabs(q[i * s.d + c] * Fp16ToFp32(b[k * s.d + c]));
-          mass += qb * std::fabs(Fp16ToFp32(a[k * a_stride + j]));
-        }
-        const double bound = (std::max(s.d, s.n) + s.rank + 2) * kU * mass;
-        ASSERT_LE(std::fabs(fast[x] - ref[x]), bound)
-            << "rank " << s.rank << " d " << s.d << " n " << s.n << " row " << i << " col " << j;
+      }
+      // The twin itself moved the scores when there is a rank: the comparison is not vacuous.
+      if (s.rank > 0) {
+        EXPECT_NE(ref, init);
       }
     }
-    // The twin itself moved the scores when there is a rank: the comparison is not vacuous.
-    if (s.rank > 0) {
-      EXPECT_NE(ref, init);
-    }
   }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
-TEST(LowRankF16, AccumulateMatchesTheTwinWithinTheFloatBound) {
-  std::mt19937 rng(4);
-  for (const Shape& s : kShapes) {
-    const size_t a_stride = s.n + 3, ld = s.n + 1;
-    const auto a = RandomF16(std::max<size_t>(s.rank, 1) * a_stride, rng);
-    const auto b = RandomF16(std::max<size_t>(s.rank, 1) * s.d, rng);
-    const auto p = RandomF32(s.n_q * ld, rng);
-    const auto init = RandomF32(s.n_q * s.d, rng);
-    std::vector<float> fast = init, ref = init;
-    LowRankAddAccumulateF16(a.data(), a_stride, b.data(), s.rank, s.d, s.n, p.data(), s.n_q, ld,
-                            fast.data());
-    LowRankAddAccumulateF16Ref(a.data(), a_stride, b.data(), s.rank, s.d, s.n, p.data(), s.n_q,
-                               ld, ref.data());
-    for (size_t i = 0; i < s.n_q; ++i) {
-      for (size_t c = 0; c < s.d; ++c) {
-        const size_t x = i * s.d + c;
-        double mass = std::fabs(init[x]);
-        for (size_t k = 0; k < s.rank; ++k) {
-          double pa = 0.0;
-          for (size_t j = 0; j < s.n; ++j) pa += std::fabs(p[i * ld + j] * Fp16ToFp32(a[k * a_stride + j]));
-          mass += pa * std::fabs(Fp16ToFp32(b[k * s.d + c]));
+TEST(LowRankF16, AccumulateMatchesTheTwinWithinTheFloatBoundOnEveryTarget) {
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::mt19937 rng(4);
+    for (const Shape& s : kShapes) {
+      const size_t a_stride = s.n + 3, ld = s.n + 1;
+      const auto a = RandomF16(std::max<size_t>(s.rank, 1) * a_stride, rng);
+      const auto b = RandomF16(std::max<size_t>(s.rank, 1) * s.d, rng);
+      const auto p = RandomF32(s.n_q * ld, rng);
+      const auto init = RandomF32(s.n_q * s.d, rng);
+      std::vector<float> fast = init, ref = init;
+      LowRankAddAccumulateF16(a.data(), a_stride, b.data(), s.rank, s.d, s.n, p.data(), s.n_q, ld,
+                              fast.data());
+      LowRankAddAccumulateF16Ref(a.data(), a_stride, b.data(), s.rank, s.d, s.n, p.data(), s.n_q,
+                                 ld, ref.data());
+      for (size_t i = 0; i < s.n_q; ++i) {
+        for (size_t c = 0; c < s.d; ++c) {
+          const size_t x = i * s.d + c;
+          double mass = std::fabs(init[x]);
+          for (size_t k = 0; k < s.rank; ++k) {
+            double pa = 0.0;
+            for (size_t j = 0; j < s.n; ++j)
+              pa += std::fabs(p[i * ld + j] * Fp16ToFp32(a[k * a_stride + j]));
+            mass += pa * std::fabs(Fp16ToFp32(b[k * s.d + c]));
+          }
+          const double bound = (std::max(s.d, s.n) + s.rank + 2) * kU * mass;
+          ASSERT_LE(std::fabs(fast[x] - ref[x]), bound)
+              << hwy::TargetName(target) << " rank " << s.rank << " d " << s.d << " n " << s.n
+              << " row " << i << " ch " << c;
         }
-        const double bound = (std::max(s.d, s.n) + s.rank + 2) * kU * mass;
-        ASSERT_LE(std::fabs(fast[x] - ref[x]), bound)
-            << "rank " << s.rank << " d " << s.d << " n " << s.n << " row " << i << " ch " << c;
+      }
+      if (s.rank > 0) {
+        EXPECT_NE(ref, init);
       }
     }
-    if (s.rank > 0) {
-      EXPECT_NE(ref, init);
-    }
   }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 }  // namespace
