@@ -195,24 +195,56 @@ TEST(GearOutlierTest, CountsAndExtremesPerChannelForKeysPerTokenForValues) {
 }
 
 // With ties the marked set is the k smallest and k largest by (value, position), whichever
-// selection runs (one pass for k = 1, nth_element beyond): compared with a sort.
+// selection runs (one pass with sorted insertion up to 16 per side, nth_element beyond), for
+// keys (sets: channels over the tokens) and values (sets: a token's entries), on inputs
+// with many ties and on sorted ones (every offer renews a boundary): compared with a sort.
 TEST(GearOutlierTest, TiesAreBrokenByPosition) {
-  const int heads = 1, d = 64;
-  for (int64_t n : {24, 100, 640}) {  // keys: k = 1, 5, 32 with s = 0.1
-    std::vector<float> x(n * d);
-    std::mt19937 rng(static_cast<uint32_t>(n));
-    for (auto& v : x) v = static_cast<float>(static_cast<int>(rng() % 7) - 3);  // many ties
-    std::vector<uint8_t> mask(n * d);
-    SelectOutliers(x.data(), n, heads, d, KvComponent::kKey, 0.1, mask.data());
-    const int64_t k = OutliersPerSide(0.1, n);
-    for (int j = 0; j < d; ++j) {
-      std::vector<std::pair<float, int64_t>> col(n);
-      for (int64_t t = 0; t < n; ++t) col[t] = {x[t * d + j], t};
-      std::sort(col.begin(), col.end());
-      std::vector<uint8_t> want(n, 0);
-      for (int64_t i = 0; i < k; ++i) want[col[i].second] = want[col[n - 1 - i].second] = 1;
-      for (int64_t t = 0; t < n; ++t) {
-        ASSERT_EQ(mask[t * d + j], want[t]) << "n " << n << " channel " << j << " token " << t;
+  enum class Order { kTies, kAscending, kDescending, kTiedStart };
+  for (const KvComponent component : {KvComponent::kKey, KvComponent::kValue}) {
+    const bool keys = component == KvComponent::kKey;
+    // Keys, d = 64 channels: k = 1, 5, 32 over 24, 100, 640 tokens with s = 0.1. Values,
+    // 4 tokens: k = 1, 5, 32 over rows of 24, 100, 640 entries (heads x d).
+    for (int64_t set_len : {24, 100, 640}) {
+      const int heads = keys ? 1 : static_cast<int>(set_len / 4), d = keys ? 64 : 4;
+      const int64_t n = keys ? set_len : 4, row = int64_t{heads} * d;
+      const int64_t k = OutliersPerSide(0.1, set_len), n_sets = keys ? row : n;
+      for (const Order order :
+             {Order::kTies, Order::kAscending, Order::kDescending, Order::kTiedStart}) {
+        // Sorted orders go in equal pairs (0, 0, 1, 1, ...): a pair straddles the boundary
+        // of the kept entries and is then pushed out, which only the right order among
+        // equal values survives. kTiedStart: k equal entries, one larger (which must push
+        // out the first of them), then smaller ones.
+        std::vector<float> x(n * row);
+        std::mt19937 rng(static_cast<uint32_t>(set_len));
+        for (int64_t set = 0; set < n_sets; ++set) {
+          for (int64_t i = 0; i < set_len; ++i) {
+            const float pair = static_cast<float>(i / 2);
+            float v = order == Order::kAscending ? pair : -pair;
+            if (order == Order::kTies) v = static_cast<float>(static_cast<int>(rng() % 7) - 3);
+            if (order == Order::kTiedStart) v = i < k ? 0.0f : i == k ? 1.0f : -1.0f - i;
+            x[keys ? i * row + set : set * row + i] = v;
+          }
+        }
+        std::vector<uint8_t> mask(n * row);
+        SelectOutliers(x.data(), n, heads, d, component, 0.1, mask.data());
+        for (int64_t set = 0; set < n_sets; ++set) {
+          std::vector<std::pair<float, int64_t>> entries(set_len);  // (value, position)
+          for (int64_t i = 0; i < set_len; ++i) {
+            const int64_t p = keys ? i * row + set : set * row + i;
+            entries[i] = {x[p], p};
+          }
+          std::sort(entries.begin(), entries.end());
+          std::vector<uint8_t> want(n * row, 0);
+          for (int64_t i = 0; i < k; ++i) {
+            want[entries[i].second] = want[entries[set_len - 1 - i].second] = 1;
+          }
+          for (int64_t i = 0; i < set_len; ++i) {
+            const int64_t p = entries[i].second;
+            ASSERT_EQ(mask[p], want[p]) << (keys ? "keys" : "values") << " set length " << set_len
+                                        << " order " << static_cast<int>(order) << " set " << set
+                                        << " position " << p;
+          }
+        }
       }
     }
   }
