@@ -4,7 +4,8 @@
 //   scores += (q B) A^T   (query projected on B: [n_q, rank], then along the tokens),
 //   out    += (p A) B^T   (probabilities projected on A: [n_q, rank], then along channels).
 // One call covers one block (all query rows, all ranks) so that the per-call cost is paid
-// once per block, not once per (query row, rank). SIMD through Highway with runtime
+// once per block, not once per (query row, rank); the projections of up to four ranks and
+// four rows accumulate side by side and their lane sums are formed together. SIMD through Highway with runtime
 // dispatch; each kernel has a scalar twin (`...Ref`, double accumulation) compared in
 // tests/unit/ops_lowrank_f16_test.cc.
 #ifndef KVPACK_OPS_LOWRANK_F16_H_
