@@ -12,6 +12,14 @@ namespace {
 // SetExtremes keeps up to this many per side; beyond, MarkExtremesBySelection.
 constexpr int64_t kMaxInsertionK = 16;
 
+// An entry of a set and its position in the block; ordered by (value, position), a total
+// order, so the marked set is unique.
+struct Entry {
+  float v;
+  int64_t p;
+  bool operator<(const Entry& o) const { return v < o.v || (v == o.v && p < o.p); }
+};
+
 // The k smallest and the k largest entries offered to one set, by (value, position), for
 // entries offered in increasing position (so a newcomer is larger than every entry of equal
 // value already kept). Both lists stay sorted ascending; a newcomer is compared with one
@@ -46,28 +54,17 @@ class SetExtremes {
   }
 
  private:
-  struct Entry {
-    float v;
-    int64_t p;
-  };
   int64_t k_, n_lo_ = 0, n_hi_ = 0;
   std::vector<Entry> lo_, hi_;
 };
 
-// Marks the k smallest and k largest of the m entries x[first + j * stride] (j < m), ties by
-// position
-// (a total order, so the marked set is unique), by nth_element: for k above
-// kMaxInsertionK, where SetExtremes' insertions (up to k moves per offer on sorted input)
-// would cost more. The entries are first copied next to their positions (a key column is
-// strided across the block; selecting through the indices missed the cache at every
-// comparison).
+// Marks the k smallest and k largest of the m entries x[first + j * stride] (j < m) by
+// nth_element: for k above kMaxInsertionK, where SetExtremes' insertions (up to k moves per
+// offer on sorted input) would cost more. The entries are first copied next to their
+// positions (a key column is strided across the block; selecting through the indices
+// missed the cache at every comparison).
 void MarkExtremesBySelection(const float* x, int64_t first, int64_t stride, int64_t m,
                              int64_t k, uint8_t* mask) {
-  struct Entry {
-    float v;
-    int64_t p;
-    bool operator<(const Entry& o) const { return v < o.v || (v == o.v && p < o.p); }
-  };
   thread_local std::vector<Entry> e;
   e.resize(static_cast<size_t>(m));
   for (int64_t j = 0; j < m; ++j) e[j] = {x[first + j * stride], first + j * stride};
