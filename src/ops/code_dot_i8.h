@@ -2,7 +2,7 @@
 // side of attention over 2- and 4-bit caches. llama.cpp does the same for its quantized
 // K cache on CPU (the query is quantized to q8 before vec_dot_q4_0_q8_0); here the query is
 // quantized symmetrically per (query row, key block) and the codecs add the scale/min terms
-// in float (kv/codecs/quant_common.cc).
+// in float (kv/codecs/quant_common.cc, token_group_rows.cc, channel_blocks.cc).
 //
 // Design goals: no per-row horizontal sums in the hot loop. On AVX-512 each code row is
 // multiplied with the query 64 bytes at a time (vpmaddubsw + vpmaddwd: four code x query

@@ -1,5 +1,5 @@
 // Attention scores read straight from packed 2/4-bit key rows in one pass per call.
-// Per-channel key blocks (KIVI's key groups, KCVT's key blocks: kv/codecs/quant_common.h's
+// Per-channel key blocks (KIVI's key groups, KCVT's key blocks: kv/codecs/channel_blocks.h's
 // ChannelBlocks) fold the query into each block's scales and quantize it to int8 on the fly:
 //   q . (code * scale + min) = (q * scale) . code + q . min
 //                            ~ alpha * (q8 . code) + q . min,   (q8, alpha) = QuantizeI8(q * scale).

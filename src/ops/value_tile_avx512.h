@@ -1,5 +1,5 @@
 // Pieces shared by the AVX-512 value-tile kernels (ops/code_dot_i16.cc, ops/value_dot_i8.cc):
-// the fp16 (scale, min) pairs of 2/4-bit token-group rows (kv/codecs/quant_common.h's
+// the fp16 (scale, min) pairs of 2/4-bit token-group rows (kv/codecs/token_group_rows.h;
 // SplitGroupParams layout, [n_rows, n_groups, 2]) read 16 rows at a time as 32-bit words, and
 // a tile's weights p * scale with their largest magnitude and the p . min sum. Internal to
 // ops/: include only from a file that calls these from functions compiled for AVX-512 BW and

@@ -56,7 +56,7 @@ std::string Str(const MethodSpec& s, const char* key, const char* fallback) {
   return v ? *v : fallback;
 }
 // Codecs whose 2- and 4-bit keys are scored with an int8 query and whose values of those
-// widths are accumulated with int16 weights (kv/codecs/quant_common.cc, q4_0 and q8_0 in
+// widths are accumulated with int16 weights (kv/codecs/token_group_rows.cc and channel_blocks.cc, q4_0 and q8_0 in
 // kv/codecs/q4_0_codec.cc, q8_0_codec.cc): their fused results carry the terms of
 // kv_integer_bounds.h (q8_0 only where its integer kernels run; the bound holds either way).
 bool IntegerKeys(const std::string& codec, const MethodSpec& s) {

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kv/codecs/quant_common.h"
+#include "kv/codecs/token_group_rows.h"
 
 namespace kvpack {
 namespace {

@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/half.h"
 #include "kv/codec_registry.h"
+#include "kv/codecs/quant_common.h"
 #include "kv/lowrank.h"
 #include "ops/vec.h"
 

@@ -62,9 +62,9 @@
 #include <string>
 #include <vector>
 
+#include "kv/codecs/fp16_rows.h"
 #include "kv/codecs/gear_outliers.h"
 #include "kv/codecs/gear_parts.h"
-#include "kv/codecs/quant_common.h"
 #include "kv/component_store.h"
 #include "kv/spec.h"
 

@@ -4,7 +4,10 @@
 #include <numeric>
 #include <vector>
 
+#include "kv/codecs/channel_blocks.h"
+#include "kv/codecs/fp16_rows.h"
 #include "kv/codecs/quant_common.h"
+#include "kv/codecs/token_group_rows.h"
 #include "ops/vec.h"
 
 namespace kvpack {

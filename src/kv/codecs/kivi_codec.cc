@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <vector>
 
+#include "kv/codecs/channel_blocks.h"
+#include "kv/codecs/fp16_rows.h"
 #include "kv/codecs/quant_common.h"
+#include "kv/codecs/token_group_rows.h"
 
 namespace kvpack {
 namespace {

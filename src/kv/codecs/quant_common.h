@@ -1,13 +1,17 @@
 // Shared pieces of the quantization codecs (METHODS.md 0 and 1.2-1.6): the uniform
 // asymmetric quantizer Q_b with fp16 scale/min (plus HQQ's half-quadratic zero-point
-// refinement), LSB-first bit packing for 1..8 bits, the input check, and three storage
-// containers that the codecs compose:
-//   - TokenGroupRows: per-token groups along channels (FlexGen, KIVI values, HF axis 0, KCVT
-//     values), one packed code row per token plus (scale, min) per group;
-//   - ChannelBlocks: per-channel groups along tokens (KIVI/KCVT/HF-axis-1 keys), packed code
-//     rows plus one (scale, min) per channel per block of tokens;
-//   - Fp16Rows: the full-precision residual (stored as fp16, the precision the papers' caches
-//     use; the compression ratio is measured against an fp16 cache, METHODS.md 0).
+// refinement), LSB-first bit packing for 1..8 bits, the input check, and the algebra of a
+// tile of rows with per-(row, group) parameters. The codecs compose three storage containers
+// built on them:
+//   - TokenGroupRows (kv/codecs/token_group_rows.h): per-token groups along channels
+//     (FlexGen, KIVI values, HF axis 0, KCVT values), one packed code row per token plus
+//     (scale, min) per group;
+//   - ChannelBlocks (kv/codecs/channel_blocks.h): per-channel groups along tokens
+//     (KIVI/KCVT/HF-axis-1 keys), packed code rows plus one (scale, min) per channel per
+//     block of tokens;
+//   - Fp16Rows (kv/codecs/fp16_rows.h): the full-precision residual (stored as fp16, the
+//     precision the papers' caches use; the compression ratio is measured against an fp16
+//     cache, METHODS.md 0).
 //
 // Design goals: the containers hold the real packed form; Scores/Accumulate read it directly,
 // one tile of at most 64 rows at a time: the packed codes are unpacked to one byte per code
@@ -29,11 +33,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <span>
 #include <string>
 #include <vector>
 
-#include "core/aligned_buffer.h"
 #include "kv/component_store.h"
 #include "kv/spec.h"
 #include "kvpack/status.h"
@@ -125,129 +127,15 @@ void AccumulatePackedTile(const uint8_t* rows, int64_t row_bytes, int64_t m, int
 void AddGroupedMinSums(int n_q, int n, int first, int group, const CodeTileScratch& t,
                        float* out);
 
-// ---------------------------------------------------------------------------------------
-// Per-token groups along channels. Row r holds row_len values in groups of `group`
-// consecutive channels (the last group may be shorter). Column windows [c0, c0 + n) let one
-// row span several heads (KCVT values: row_len = n_kv_heads * head_dim, one group).
-class TokenGroupRows {
- public:
-  TokenGroupRows(int row_len, int group, int bits, QuantMethod method);
-
-  int64_t n_rows() const { return n_rows_; }
-  int row_len() const { return row_len_; }
-  int n_groups() const { return n_groups_; }
-  int64_t row_bytes() const { return row_bytes_; }
-
-  // row: [row_len]
-  void AppendRow(const float* row);
-  // out: [r1 - r0, n], channels [c0, c0 + n) of rows [r0, r1).
-  void Decode(int64_t r0, int64_t r1, int c0, int n, float* out) const;
-  // For row index rows[k] (k < n_rows_sel): scores[i * ld + col0 + k] = dot(q[i], row[c0..c0+n)).
-  //   q: [n_q, n]. `rows` may be null meaning rows r0 + k.
-  void Scores(int64_t r0, const int64_t* rows, int64_t n_sel, int c0, int n, const float* q,
-              int n_q, float* scores, int64_t ld, int64_t col0) const;
-  // out[i] += sum_k p[i * ld + col0 + k] * row(sel k)[c0..c0+n).  p: [n_q, ld]; out: [n_q, n].
-  void Accumulate(int64_t r0, const int64_t* rows, int64_t n_sel, int c0, int n, const float* p,
-                  int n_q, int64_t ld, int64_t col0, float* out) const;
-  // Keeps rows `keep` (ascending), frees the rest.
-  void Keep(std::span<const int64_t> keep);
-  void Clear();
-  // code_bytes += codes, scale_bytes / zero_bytes += 2 bytes per group per row.
-  void AddMemory(MemoryUsage& m) const;
-
- private:
-  // Scores of 2/4-bit codes with an int8 query (window aligned to the groups).
-  void ScoresInteger(int64_t r0, const int64_t* rows, int64_t n_sel, int c0, int n,
-                     const float* q, int n_q, float* scores, int64_t ld, int64_t col0,
-                     CodeTileScratch& t) const;
-  // Parameters of selected rows k0..k1, groups [g0, g0 + ng), into t.gscale / t.gmin
-  // ([ng, tile rows] floats).
-  void TileParams(int64_t r0, const int64_t* rows, int64_t k0, int64_t k1, int g0, int ng,
-                  CodeTileScratch& t) const;
-  // Row r's channels [c0, c0 + n) as floats.  out: [n]
-  void DecodeRow(int64_t r, int c0, int n, float* out) const;
-  // Codes of selected rows k0..k1 of a Scores/Accumulate call.  out: [k1 - k0, n]
-  void UnpackSelected(int64_t r0, const int64_t* rows, int64_t k0, int64_t k1, int c0, int n,
-                      uint8_t* out) const;
-  // Selected rows k0..k1 of a Scores/Accumulate call into the scratch tile.
-  void DecodeSelected(int64_t r0, const int64_t* rows, int64_t k0, int64_t k1, int c0, int n,
-                      CodeTileScratch& t) const;
-  GroupParams Params(int64_t r, int g) const {
-    const uint16_t* p = &params_[(r * n_groups_ + g) * 2];
-    return {p[0], p[1]};
-  }
-
-  int row_len_, group_, n_groups_, bits_;
-  QuantMethod method_;
-  int64_t row_bytes_;
-  int64_t n_rows_ = 0;
-  AlignedBuffer<uint8_t> codes_;    // [n_rows, row_bytes] packed
-  AlignedBuffer<uint16_t> params_;  // [n_rows, n_groups, 2] fp16 (scale, min)
-};
-
-// ---------------------------------------------------------------------------------------
-// Per-channel groups along tokens: tokens are stored as packed code rows of d channels; a
-// block of consecutive tokens shares one (scale, min) per channel. Eviction inside a block
-// keeps the block's parameters and drops the evicted rows: the survivors decode exactly as
-// before (no re-quantization error); the block's parameters are freed with its last token.
-class ChannelBlocks {
- public:
-  ChannelBlocks(int d, int bits, QuantMethod method);
-
-  int64_t n_rows() const { return n_rows_; }
-  int64_t n_blocks() const { return static_cast<int64_t>(block_start_.size()); }
-  // Quantizes x [n, d] (row stride ld) as one block: one group of n tokens per channel.
-  void AppendBlock(const float* x, int64_t n, int64_t ld);
-  void Decode(int64_t r0, int64_t r1, float* out) const;  // out: [r1 - r0, d]
-  // scores[i * ld + col0 + (r - r0)] = dot(q[i], row r) for r in [r0, r1). q: [n_q, d].
-  void Scores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores, int64_t ld,
-              int64_t col0) const;
-  // out[i] += sum_r p[i * ld + col0 + (r - r0)] * row r.  out: [n_q, d].
-  void Accumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld, int64_t col0,
-                  float* out) const;
-  void Keep(std::span<const int64_t> keep);
-  void Clear();
-  void AddMemory(MemoryUsage& m) const;
-
- private:
-  int64_t BlockOf(int64_t r) const;  // index of the block holding row r
-  // Codes of rows [a, e), one byte per code.  out: [e - a, d]
-  void UnpackTile(int64_t a, int64_t e, uint8_t* out) const;
-
-  int d_, bits_;
-  QuantMethod method_;
-  int64_t row_bytes_;
-  int64_t n_rows_ = 0;
-  AlignedBuffer<uint8_t> codes_;        // [n_rows, row_bytes] packed
-  AlignedBuffer<uint16_t> params_;      // [n_blocks, 2, d] fp16: scales then mins
-  std::vector<int64_t> block_start_;    // [n_blocks] first row of each block (ascending)
-};
-
-// ---------------------------------------------------------------------------------------
-// Full-precision residual rows (fp16), with cheap removal from the front (KIVI's value
-// window releases its oldest token on every step).
-class Fp16Rows {
- public:
-  explicit Fp16Rows(int d) : d_(d) {}
-  int64_t n_rows() const { return n_rows_; }
-  void Append(const float* row);                          // row: [d]
-  const uint16_t* Row(int64_t r) const { return data_.data() + (start_ + r) * d_; }
-  void Row(int64_t r, float* out) const;                  // out: [d]
-  void PopFront(int64_t n);
-  void Keep(std::span<const int64_t> keep);
-  void Clear();
-  void Scores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores, int64_t ld,
-              int64_t col0) const;
-  void Accumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld, int64_t col0,
-                  float* out) const;
-  size_t bytes() const { return static_cast<size_t>(n_rows_) * d_ * sizeof(uint16_t); }
-  size_t reserved_bytes() const { return data_.capacity_bytes() - bytes(); }
-
- private:
-  int d_;
-  int64_t start_ = 0, n_rows_ = 0;
-  AlignedBuffer<uint16_t> data_;  // [start + n_rows, d]
-};
+// Keys of 2- and 4-bit codecs are scored in the integer domain (ops/code_dot_i8.h): the
+// query, with the per-channel scales folded in where the format has them, is quantized to
+// int8 per (query row, key block). 8-bit codes keep the float kernels: an int8 query would
+// add an error as large as the codes' own.
+inline bool UseIntegerKeys(int bits) { return bits <= 4; }
+// Values of the same codecs take int16 weights (ops/code_dot_i16.h, where the CPU has the
+// kernel): 2^-16 of a tile's largest weight per unit of code, far below the 2- and 4-bit
+// codes' own error; 8-bit codes keep float weights.
+inline bool UseIntegerValues(int bits) { return bits <= 4; }
 
 // Parameter helpers for the registry and codecs: integer `key` of `spec` must be one of
 // `allowed` (or, with an empty list, >= 1).

@@ -1,0 +1,61 @@
+// Per-channel groups along tokens: tokens are stored as packed code rows of d channels; a
+// block of consecutive tokens shares one (scale, min) per channel. Eviction inside a block
+// keeps the block's parameters and drops the evicted rows: the survivors decode exactly as
+// before (no re-quantization error); the block's parameters are freed with its last token.
+// (kv/codecs/quant_common.h: the quantizer, the tile algebra and the design the containers
+// share.)
+#ifndef KVPACK_KV_CODECS_CHANNEL_BLOCKS_H_
+#define KVPACK_KV_CODECS_CHANNEL_BLOCKS_H_
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "kv/codecs/quant_common.h"
+#include "kv/component_store.h"
+
+namespace kvpack {
+
+class ChannelBlocks {
+ public:
+  ChannelBlocks(int d, int bits, QuantMethod method);
+
+  int64_t n_rows() const { return n_rows_; }
+  int64_t n_blocks() const { return static_cast<int64_t>(block_start_.size()); }
+  // Quantizes x [n, d] (row stride ld) as one block: one group of n tokens per channel.
+  void AppendBlock(const float* x, int64_t n, int64_t ld);
+  void Decode(int64_t r0, int64_t r1, float* out) const;  // out: [r1 - r0, d]
+  // scores[i * ld + col0 + (r - r0)] = dot(q[i], row r) for r in [r0, r1). q: [n_q, d].
+  void Scores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores, int64_t ld,
+              int64_t col0) const;
+  // out[i] += sum_r p[i * ld + col0 + (r - r0)] * row r.  out: [n_q, d].
+  void Accumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld, int64_t col0,
+                  float* out) const;
+  void Keep(std::span<const int64_t> keep);
+  void Clear();
+  void AddMemory(MemoryUsage& m) const;
+
+ private:
+  int64_t BlockOf(int64_t r) const;  // index of the block holding row r
+  // One past the last row of block b.
+  int64_t BlockEnd(int64_t b) const {
+    return b + 1 < n_blocks() ? block_start_[b + 1] : n_rows_;
+  }
+  // Block b's scales and mins as floats, into t.scale and t.min ([d] each).
+  void BlockParams(int64_t b, CodeTileScratch& t) const;
+  // Codes of rows [a, e), one byte per code.  out: [e - a, d]
+  void UnpackTile(int64_t a, int64_t e, uint8_t* out) const;
+
+  int d_, bits_;
+  QuantMethod method_;
+  int64_t row_bytes_;
+  int64_t n_rows_ = 0;
+  AlignedBuffer<uint8_t> codes_;        // [n_rows, row_bytes] packed
+  AlignedBuffer<uint16_t> params_;      // [n_blocks, 2, d] fp16: scales then mins
+  std::vector<int64_t> block_start_;    // [n_blocks] first row of each block (ascending)
+};
+
+}  // namespace kvpack
+
+#endif  // KVPACK_KV_CODECS_CHANNEL_BLOCKS_H_

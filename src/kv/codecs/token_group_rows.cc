@@ -1,0 +1,259 @@
+#include "kv/codecs/token_group_rows.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/half.h"
+#include "ops/code_dot.h"
+#include "ops/code_dot_i16.h"
+#include "ops/code_unpack.h"
+#include "ops/packed_scores.h"
+#include "ops/value_dot_i8.h"
+#include "ops/vec.h"
+
+namespace kvpack {
+
+TokenGroupRows::TokenGroupRows(int row_len, int group, int bits, QuantMethod method)
+    : row_len_(row_len),
+      group_(std::min(group, row_len)),
+      n_groups_((row_len + group_ - 1) / group_),
+      bits_(bits),
+      method_(method),
+      row_bytes_(PackedBytes(row_len, bits)) {}
+
+void TokenGroupRows::AppendRow(const float* row) {
+  uint8_t codes[1024];
+  std::vector<uint8_t> big;
+  uint8_t* c = codes;
+  if (row_len_ > 1024) {
+    big.resize(row_len_);
+    c = big.data();
+  }
+  params_.Resize((n_rows_ + 1) * n_groups_ * 2);
+  uint16_t* p = &params_[n_rows_ * n_groups_ * 2];
+  for (int g = 0; g < n_groups_; ++g) {
+    const int a = g * group_, len = std::min(group_, row_len_ - a);
+    const GroupParams gp = QuantizeGroup(row + a, len, 1, bits_, method_, c + a, 1);
+    p[2 * g] = gp.scale;
+    p[2 * g + 1] = gp.min;
+  }
+  codes_.Resize((n_rows_ + 1) * row_bytes_);
+  PackCodes(c, row_len_, bits_, &codes_[n_rows_ * row_bytes_]);
+  ++n_rows_;
+}
+
+void TokenGroupRows::DecodeRow(int64_t r, int c0, int n, float* out) const {
+  DequantizeRowsPerToken(&codes_[r * row_bytes_], 1, row_bytes_, bits_, c0, n, group_,
+                         &params_[r * n_groups_ * 2], n_groups_, out);
+}
+
+void TokenGroupRows::Decode(int64_t r0, int64_t r1, int c0, int n, float* out) const {
+  if (r0 >= r1) return;
+  DequantizeRowsPerToken(&codes_[r0 * row_bytes_], r1 - r0, row_bytes_, bits_, c0, n, group_,
+                         &params_[r0 * n_groups_ * 2], n_groups_, out);
+}
+
+// Selected rows k0..k1 of a Scores/Accumulate call into the scratch tile: consecutive rows in
+// one kernel call, an explicit row list (KCVT's shared value rows) row by row.
+void TokenGroupRows::DecodeSelected(int64_t r0, const int64_t* rows, int64_t k0, int64_t k1, int c0,
+                                    int n, CodeTileScratch& t) const {
+  if (rows == nullptr) {
+    Decode(r0 + k0, r0 + k1, c0, n, t.values.data());
+    return;
+  }
+  for (int64_t k = k0; k < k1; ++k) DecodeRow(rows[k], c0, n, &t.values[(k - k0) * n]);
+}
+
+// Codes of selected rows k0..k1, window [c0, c0 + n): consecutive whole rows whose packed
+// form has no padding are one stream (one unpack call), anything else row by row.
+void TokenGroupRows::UnpackSelected(int64_t r0, const int64_t* rows, int64_t k0, int64_t k1, int c0,
+                                    int n, uint8_t* out) const {
+  if (rows == nullptr && c0 == 0 && n == row_len_ &&
+      row_bytes_ * 8 == static_cast<int64_t>(row_len_) * bits_) {
+    UnpackCodesU8(&codes_[(r0 + k0) * row_bytes_], 0, (k1 - k0) * n, bits_, out);
+    return;
+  }
+  if (rows != nullptr) {
+    UnpackCodeRows(codes_.data(), rows + k0, k1 - k0, row_bytes_, c0, n, bits_, out);
+  } else {
+    UnpackCodeRows(&codes_[(r0 + k0) * row_bytes_], nullptr, k1 - k0, row_bytes_, c0, n, bits_,
+                   out);
+  }
+}
+
+void TokenGroupRows::Scores(int64_t r0, const int64_t* rows, int64_t n_sel, int c0, int n,
+                            const float* q, int n_q, float* scores, int64_t ld,
+                            int64_t col0) const {
+  if (n_sel <= 0) return;
+  CodeTileScratch& t = TileScratch(n);
+  if (UseIntegerKeys(bits_) && c0 % group_ == 0) {
+    ScoresInteger(r0, rows, n_sel, c0, n, q, n_q, scores, ld, col0, t);
+    return;
+  }
+  const int g = c0 / group_;
+  if (g != (c0 + n - 1) / group_) {
+    // The window spans several groups: a per-group scale inside the dot product would need
+    // one reduction per group, so dequantize the tile and use the float kernel.
+    for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRowsMax) {
+      const int64_t k1 = std::min(n_sel, k0 + kTileRowsMax);
+      DecodeSelected(r0, rows, k0, k1, c0, n, t);
+      DotTileF32(t.values.data(), k1 - k0, n, q, n_q, scores + col0 + k0, ld);
+    }
+    return;
+  }
+  // One group per row: q . (code * scale + min) = scale * (q . code) + min * sum(q).
+  t.qm.resize(n_q);
+  t.row_scale.resize(kTileRowsMax);
+  if (t.ones.size() < static_cast<size_t>(n)) t.ones.resize(n, 1.0f);
+  for (int i = 0; i < n_q; ++i) t.qm[i] = DotF32(q + i * n, t.ones.data(), n);
+  for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRowsMax) {
+    const int64_t k1 = std::min(n_sel, k0 + kTileRowsMax);
+    UnpackSelected(r0, rows, k0, k1, c0, n, t.tile_codes.data());
+    for (int64_t k = k0; k < k1; ++k) {
+      const int64_t r = rows ? rows[k] : r0 + k;
+      const GroupParams gp = Params(r, g);
+      t.row_scale[k - k0] = Fp16ToFp32(gp.scale);
+      t.min[k - k0] = Fp16ToFp32(gp.min);
+    }
+    float* sc = scores + col0 + k0;
+    DotCodeRows(t.tile_codes.data(), k1 - k0, n, n, q, n_q, sc, ld);
+    for (int i = 0; i < n_q; ++i) {
+      for (int64_t k = 0; k < k1 - k0; ++k) {
+        sc[i * ld + k] = t.row_scale[k] * sc[i * ld + k] + t.min[k] * t.qm[i];
+      }
+    }
+  }
+}
+
+// Per row and group g of the window (aligned to the groups):
+//   q . (code * s_g + m_g) = s_g * alpha * (q8 . code)_g + m_g * sum_{c in g} q_c,
+// with q ~= alpha * q8 (int8, one alpha per query row) and the code dots in int32.
+void TokenGroupRows::ScoresInteger(int64_t r0, const int64_t* rows, int64_t n_sel, int c0, int n,
+                                   const float* q, int n_q, float* scores, int64_t ld, int64_t col0,
+                                   CodeTileScratch& t) const {
+  const int g0 = c0 / group_;
+  const int ng = (n + group_ - 1) / group_;  // groups of the window
+  PrepareGroupedQueryI8(q, n_q, n, group_, t);
+  // Consecutive whole rows with one group each, or with two where the single-pass kernel
+  // takes them: one pass over the packed rows.
+  if (rows == nullptr && c0 == 0 && n == row_len_ &&
+      (ng == 1 || (n % group_ == 0 && HasFastTokenRowScores(row_bytes_, n, bits_, ng)))) {
+    ScoreTokenRowsI8(&codes_[r0 * row_bytes_], n_sel, row_bytes_, n, bits_, ng,
+                     &params_[r0 * 2 * ng], t.q8.data(), t.alpha.data(), t.qm.data(), n_q,
+                     scores + col0, ld);
+    return;
+  }
+  for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRowsMax) {
+    const int64_t k1 = std::min(n_sel, k0 + kTileRowsMax), m = k1 - k0;
+    TileParams(r0, rows, k0, k1, g0, ng, t);
+    UnpackSelected(r0, rows, k0, k1, c0, n, t.tile_codes.data());
+    ScoreGroupedTileI8(t.tile_codes.data(), m, n, group_, n_q, t, scores + col0 + k0, ld);
+  }
+}
+
+void TokenGroupRows::TileParams(int64_t r0, const int64_t* rows, int64_t k0, int64_t k1, int g0,
+                                int ng, CodeTileScratch& t) const {
+  const int64_t pk = 2 * n_groups_, m = k1 - k0;
+  t.gscale.resize(static_cast<size_t>(ng) * kTileRowsMax);
+  t.gmin.resize(static_cast<size_t>(ng) * kTileRowsMax);
+  if (rows == nullptr) {  // consecutive rows: one SIMD pass from the fp16 pairs
+    SplitGroupParams(&params_[(r0 + k0) * pk], m, n_groups_, g0, ng, t.gscale.data(),
+                     t.gmin.data(), kTileRowsMax);
+    return;
+  }
+  t.params.resize(kTileRowsMax * pk);
+  for (int64_t k = k0; k < k1; ++k) {
+    ConvertF16ToF32(&params_[rows[k] * pk], &t.params[(k - k0) * pk], pk);
+  }
+  for (int g = 0; g < ng; ++g) {
+    const float* src = &t.params[2 * (g0 + g)];
+    float* sc = &t.gscale[g * kTileRowsMax];
+    float* mn = &t.gmin[g * kTileRowsMax];
+    for (int64_t k = 0; k < m; ++k) {
+      sc[k] = src[k * pk];
+      mn[k] = src[k * pk + 1];
+    }
+  }
+}
+
+// Per row and group: sum_t p_t (code_t * scale_t + min_t) = sum_t (p_t * scale_t) code_t +
+// sum_t p_t min_t; the weights p_t * scale_t are formed once per tile, the code part is one
+// FMA per code and query row (ops/code_dot.h), the min part one dot per group.
+void TokenGroupRows::Accumulate(int64_t r0, const int64_t* rows, int64_t n_sel, int c0, int n,
+                                const float* p, int n_q, int64_t ld, int64_t col0,
+                                float* out) const {
+  if (n_sel <= 0) return;
+  CodeTileScratch& t = TileScratch(n);
+  const int g0 = c0 / group_, ng = (c0 + n - 1) / group_ - g0 + 1;  // groups the window touches
+  t.msum.assign(static_cast<size_t>(n_q) * ng, 0.0f);
+  // Consecutive whole rows with the int16 kernel: the codes are read from the packed rows.
+  // (A window of a row spanning heads, KCVT's values, measured 50% slower this way on a cache
+  // read from memory: every head's pass then streams every row; those keep the unpacking.)
+  const bool packed = rows == nullptr && UseIntegerValues(bits_) &&
+                      HasPackedInt16ValueKernel(bits_, n, c0, group_);
+  // Whole rows of 2-bit codes (heads of 64, 128, ... channels): int8 weights, four rows per
+  // multiply (ops/value_dot_i8.h: half the multiply work of the int16 kernel; its coarser
+  // weights move a 2-bit cache's KLD by a few percent of the codes' own error).
+  const bool two_bit_rows =
+      packed && bits_ == 2 && c0 == 0 && n % 64 == 0 && row_bytes_ == n / 4;
+  for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRowsMax) {
+    const int64_t k1 = std::min(n_sel, k0 + kTileRowsMax), m = k1 - k0;
+    if (two_bit_rows && HasI8ValueKernel(n, n_groups_, m)) {
+      AccumulateTwoBitRowsI8(p + col0 + k0, ld, n_q, &params_[(r0 + k0) * 2 * n_groups_],
+                             n_groups_, &codes_[(r0 + k0) * row_bytes_], n, m, out,
+                             t.msum.data());
+      continue;
+    }
+    if (packed && HasFusedPackedValueKernel(bits_, n, c0, group_, n_groups_, m)) {
+      // Parameters, weights and their quantization in registers (ops/code_dot_i16.h).
+      AccumulatePackedRowsI16(p + col0 + k0, ld, n_q, &params_[(r0 + k0) * 2 * n_groups_],
+                              n_groups_, g0, ng, &codes_[(r0 + k0) * row_bytes_], m, row_bytes_,
+                              bits_, n, c0, group_, out, t.msum.data());
+      continue;
+    }
+    TileParams(r0, rows, k0, k1, g0, ng, t);
+    if (packed) {
+      AccumulatePackedTile(&codes_[(r0 + k0) * row_bytes_], row_bytes_, m, n, c0, group_, bits_,
+                           p + col0 + k0, n_q, ld, t, out);
+      continue;
+    }
+    UnpackSelected(r0, rows, k0, k1, c0, n, t.tile_codes.data());
+    AccumulateGroupedTile(t.tile_codes.data(), m, n, c0, group_, bits_, p + col0 + k0, n_q, ld, t,
+                          out);
+  }
+  AddGroupedMinSums(n_q, n, c0, group_, t, out);
+}
+
+void TokenGroupRows::Keep(std::span<const int64_t> keep) {
+  int64_t w = 0;
+  const int64_t pn = static_cast<int64_t>(n_groups_) * 2;
+  for (int64_t r : keep) {
+    if (r != w) {
+      std::memmove(&codes_[w * row_bytes_], &codes_[r * row_bytes_], row_bytes_);
+      std::memmove(&params_[w * pn], &params_[r * pn], pn * sizeof(uint16_t));
+    }
+    ++w;
+  }
+  n_rows_ = w;
+  codes_.Resize(w * row_bytes_);
+  params_.Resize(w * pn);
+  codes_.ShrinkToFit();
+  params_.ShrinkToFit();
+}
+
+void TokenGroupRows::Clear() {
+  n_rows_ = 0;
+  codes_ = AlignedBuffer<uint8_t>();
+  params_ = AlignedBuffer<uint16_t>();
+}
+
+void TokenGroupRows::AddMemory(MemoryUsage& m) const {
+  m.code_bytes += codes_.size();
+  m.scale_bytes += static_cast<size_t>(n_rows_) * n_groups_ * sizeof(uint16_t);
+  m.zero_bytes += static_cast<size_t>(n_rows_) * n_groups_ * sizeof(uint16_t);
+  m.reserved_bytes += codes_.capacity_bytes() - codes_.size() + params_.capacity_bytes() -
+                      params_.size() * sizeof(uint16_t);
+}
+
+}  // namespace kvpack
