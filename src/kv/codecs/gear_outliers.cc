@@ -25,10 +25,11 @@ struct Entry {
 // value already kept). Both lists stay sorted ascending; a newcomer is compared with one
 // boundary entry and only rarely moves others (a random order renews the boundary about
 // k ln(m / k) times in m offers; a sorted one at every offer, hence kMaxInsertionK), so a set
-// costs one pass and no copy of its entries.
+// costs one pass and no copy of its entries. The lists live in the caller's storage
+// (2 k entries per set), so the sets of a block share one allocation.
 class SetExtremes {
  public:
-  explicit SetExtremes(int64_t k) : k_(k), lo_(k), hi_(k) {}
+  SetExtremes(int64_t k, Entry* storage) : k_(k), lo_(storage), hi_(storage + k) {}
   void Clear() { n_lo_ = n_hi_ = 0; }
 
   void Offer(float v, int64_t p) {
@@ -55,7 +56,8 @@ class SetExtremes {
 
  private:
   int64_t k_, n_lo_ = 0, n_hi_ = 0;
-  std::vector<Entry> lo_, hi_;
+  Entry* lo_;  // [k] ascending: the k smallest
+  Entry* hi_;  // [k] ascending: the k largest
 };
 
 // Marks the k smallest and k largest of the m entries x[first + j * stride] (j < m) by
@@ -121,14 +123,18 @@ void SelectOutliers(const float* x, int64_t n, int n_heads, int head_dim, KvComp
   }
   if (keys) {
     // One set per (head, channel), all offered token by token: the block is read in order.
-    std::vector<SetExtremes> sets(static_cast<size_t>(row_len), SetExtremes(k));
+    std::vector<Entry> storage(static_cast<size_t>(row_len * 2 * k));
+    std::vector<SetExtremes> sets;
+    sets.reserve(static_cast<size_t>(row_len));
+    for (int64_t col = 0; col < row_len; ++col) sets.emplace_back(k, &storage[col * 2 * k]);
     for (int64_t t = 0; t < n; ++t) {
       const float* row = x + t * row_len;
       for (int64_t col = 0; col < row_len; ++col) sets[col].Offer(row[col], t * row_len + col);
     }
     for (const SetExtremes& set : sets) set.Mark(mask);
   } else {
-    SetExtremes set(k);
+    std::vector<Entry> storage(static_cast<size_t>(2 * k));
+    SetExtremes set(k, storage.data());
     for (int64_t t = 0; t < n; ++t) {
       set.Clear();
       for (int64_t j = 0; j < row_len; ++j) set.Offer(x[t * row_len + j], t * row_len + j);
