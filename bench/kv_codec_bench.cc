@@ -2,7 +2,11 @@
 // layer's cache (3 KV heads, head_dim 64, GQA group of 3 query rows: SmolLM2-135M's shape)
 // at several depths, per codec, on random Gaussian K/V, for one layer or for 30 (see below).
 // Reported as bytes of cache per second and ns per cached token and layer; compare codecs
-// against f16 in the same run.
+// against f16 in the same run. Scores/<spec> and Accumulate/<spec> time the two halves alone
+// (keys and values) over the same caches, for where a codec's time goes. GEAR's parts from
+// memory: the rank-0 specs below are its backbone alone (gear-l) and its backbone with the
+// outliers (gear), so gear-l less the first is the low-rank part and gear less the second
+// the low-rank part with the outliers present.
 //   build/release/kv_codec_bench --benchmark_filter=8192/30
 // AppendToken/<spec>: the other side of a decode step, one token appended to one layer's key
 // and value stores after a 512-token prompt (a fixed 16384 appends, so that GEAR's 64-token
@@ -13,6 +17,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kv/attention.h"
@@ -29,7 +34,9 @@ constexpr int kHeads = 3, kDim = 64, kGroup = 3;
 // caches of all layers are read in turn, as in a decode step: 8192 tokens of f16 is 180 MiB,
 // far beyond the CPU caches, so the codecs are measured on data that comes from memory; one
 // layer at 512 tokens stays in cache (the compute-bound view).
-void BM_ScoresAccumulate(benchmark::State& state, const std::string& spec_text) {
+enum class Parts { kBoth, kScores, kAccumulate };
+
+void BM_Attention(benchmark::State& state, const std::string& spec_text, Parts parts) {
   const int64_t depth = state.range(0);
   const int n_layers = static_cast<int>(state.range(1));
   Result<KvSpec> spec = ParseKvSpec(spec_text);
@@ -63,14 +70,20 @@ void BM_ScoresAccumulate(benchmark::State& state, const std::string& spec_text) 
   for (auto& x : q) x = g(rng);
   const int64_t tile = AttentionTileTokens(kGroup);  // as attention calls the codecs
   std::vector<float> scores(kGroup * tile);
+  keys[0]->Scores(0, q.data(), kGroup, 0, std::min(depth, tile), scores.data());
   for (auto _ : state) {
     for (int l = 0; l < n_layers; ++l) {
       for (int h = 0; h < kHeads; ++h) {
         for (int64_t t0 = 0; t0 < depth; t0 += tile) {
           const int64_t t1 = std::min(depth, t0 + tile);
-          keys[l]->Scores(h, q.data(), kGroup, t0, t1, scores.data());
-          // Probabilities stand-in: the scores themselves (the work does not depend on values).
-          values[l]->Accumulate(h, scores.data(), kGroup, t0, t1, out.data());
+          if (parts != Parts::kAccumulate) {
+            keys[l]->Scores(h, q.data(), kGroup, t0, t1, scores.data());
+          }
+          // Probabilities stand-in: the scores themselves (the work does not depend on values;
+          // Accumulate alone reads the first tile's scores, filled once above).
+          if (parts != Parts::kScores) {
+            values[l]->Accumulate(h, scores.data(), kGroup, t0, t1, out.data());
+          }
         }
       }
     }
@@ -78,8 +91,8 @@ void BM_ScoresAccumulate(benchmark::State& state, const std::string& spec_text) 
   }
   MemoryUsage m;
   for (int l = 0; l < n_layers; ++l) {
-    m += keys[l]->Memory();
-    m += values[l]->Memory();
+    if (parts != Parts::kAccumulate) m += keys[l]->Memory();
+    if (parts != Parts::kScores) m += values[l]->Memory();
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(m.payload_bytes()));
   state.counters["ns/token"] = benchmark::Counter(
@@ -121,16 +134,23 @@ void BM_AppendToken(benchmark::State& state, const std::string& spec_text) {
 
 const char* const kSpecs[] = {"f16", "q8_0", "q4_0", "flexgen:bits=4", "flexgen:bits=2",
                               "kivi:bits=4", "kivi:bits=2", "kcvt:bits=4", "hf:nbits=4",
-                              "gear-l:bits=2", "gear:bits=2"};
+                              "gear-l:bits=2", "gear:bits=2",
+                              "gear-l:bits=2,rank_prefill=0,rank_decode=0",
+                              "gear:bits=2,rank_prefill=0,rank_decode=0"};
 
 [[maybe_unused]] const bool kRegistered = [] {
   for (const char* s : kSpecs) {
-    benchmark::RegisterBenchmark(("ScoresAccumulate/" + std::string(s)).c_str(),
-                                 [s](benchmark::State& st) { BM_ScoresAccumulate(st, s); })
-        ->Args({512, 1})
-        ->Args({8192, 1})
-        ->Args({8192, 30})
-        ->Unit(benchmark::kMicrosecond);
+    for (const auto& [name, parts] : {std::pair{"ScoresAccumulate/", Parts::kBoth},
+                                      std::pair{"Scores/", Parts::kScores},
+                                      std::pair{"Accumulate/", Parts::kAccumulate}}) {
+      const Parts p = parts;
+      benchmark::RegisterBenchmark((name + std::string(s)).c_str(),
+                                   [s, p](benchmark::State& st) { BM_Attention(st, s, p); })
+          ->Args({512, 1})
+          ->Args({8192, 1})
+          ->Args({8192, 30})
+          ->Unit(benchmark::kMicrosecond);
+    }
     benchmark::RegisterBenchmark(("AppendToken/" + std::string(s)).c_str(),
                                  [s](benchmark::State& st) { BM_AppendToken(st, s); })
         ->Iterations(16384)
