@@ -7,7 +7,7 @@
 // memory: the rank-0 specs below are its backbone alone (gear-l) and its backbone with the
 // outliers (gear), so gear-l less the first is the low-rank part and gear less the second
 // the low-rank part with the outliers present.
-//   build/release/kv_codec_bench --benchmark_filter=8192/30
+//   build/release/kv_codec_bench --benchmark_filter='^ScoresAccumulate/.*/8192/30'
 // AppendToken/<spec>: the other side of a decode step, one token appended to one layer's key
 // and value stores after a 512-token prompt (a fixed 16384 appends, so that GEAR's 64-token
 // block compression is amortised as in generation).
