@@ -97,28 +97,11 @@ constexpr int kMaxAbs = 0x0B;
 
 constexpr size_t kPrefetchBytes = 4096;
 
-// acc += four u8 (codes) x s8 (query) products per 32-bit lane. The asm ties the accumulator
-// to its register (the intrinsic made GCC 12 copy accumulators around it; code_dot_i16.cc).
-KVPACK_BLOCK_INLINE __m512i DotQuads(__m512i acc, __m512i codes, __m512i q) {
-  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(codes), "v"(q));
-  return acc;
-}
-
-// [a0 + a1, a2 + a3, ..., a14 + a15, b0 + b1, ..., b14 + b15]: adjacent lanes summed, order kept.
-KVPACK_BLOCK_INLINE __m512i PairSums(__m512i a, __m512i b) {
-  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-  const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-  return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b),
-                          _mm512_permutex2var_epi32(a, odd, b));
-}
-
-// d = kD channels of kBits-bit codes: W = kD * kBits / 32 32-bit lanes per row, 64 / kRowBytes
-// rows per 64-byte vector, k = 8 / kBits codes per byte. The query of (i, s) repeated over the
-// vector as packed_dot_i8.cc reads it.
+// d = kD channels of kBits-bit codes: W = kD * kBits / 32 dwords per row, so that a tile of
+// 16 rows is W 64-byte vectors.
 template <int kD, int kBits>
 struct RowShape {
   static constexpr int kW = kD * kBits / 32;
-  static constexpr int kK = 8 / kBits;
   static constexpr size_t kRowBytes = kD * kBits / 8;
 };
 
@@ -221,65 +204,85 @@ KVPACK_BLOCK_INLINE void ArrangedQuery128(const float* x, const __m512 (&sc)[8],
   _mm512_store_si512(qp + 64, _mm512_permutex2var_epi32(a, second, b));
 }
 
-// The arranged query's segment s (d / k bytes: one row's worth) repeated over a vector, as
-// packed_dot_i8.cc reads it: lane u holds dword u % W of the segment.
-template <int kD, int kBits>
-KVPACK_BLOCK_INLINE void BroadcastSegments(const int8_t* qp, __m512i (&qv)[8 / kBits]) {
-  constexpr size_t kSeg = RowShape<kD, kBits>::kRowBytes;
-  static_assert(kSeg == 16 || kSeg == 32 || kSeg == 64);
-#pragma GCC unroll 4
-  for (int s = 0; s < 8 / kBits; ++s) {
-    const int8_t* seg = qp + kSeg * s;
-    if constexpr (kSeg == 16) {
-      qv[s] = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(seg)));
-    } else if constexpr (kSeg == 32) {
-      qv[s] = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(seg)));
+// Four bytes of an arranged query: the memory operand of a broadcast vpdpbusd.
+struct QueryDword {
+  int8_t bytes[4];
+};
+
+// acc += four u8 (codes) x s8 products per 32-bit lane, the four s8 the bytes at q in every
+// lane (an embedded broadcast: no register per query dword).
+KVPACK_BLOCK_INLINE __m512i DotQuadsBroadcast(__m512i acc, __m512i codes, const int8_t* q) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0"
+      : "+v"(acc)
+      : "v"(codes), "m"(*reinterpret_cast<const QueryDword*>(q)));
+  return acc;
+}
+
+// The 16 rows of a tile (kW dwords each, in kW vectors) as columns: col[m] lane t = dword m
+// of row t. Each round unzips the tile's 16 kW dwords (even ones first, then odd ones), which
+// rotates the dword's index t kW + m right by one bit; log2(kW) rounds make it 16 m + t.
+// kTail: only the first `bytes` bytes are rows (the rest load as zeros).
+template <int kW, bool kTail>
+KVPACK_BLOCK_INLINE void LoadColumns(const uint8_t* tile, size_t bytes, __m512i (&col)[kW]) {
+#pragma GCC unroll 16
+  for (int z = 0; z < kW; ++z) {
+    if constexpr (kTail) {
+      const size_t start = 64 * static_cast<size_t>(z);
+      const size_t left = bytes > start ? bytes - start : 0;
+      const __mmask64 m = left >= 64 ? ~__mmask64{0} : ((__mmask64{1} << left) - 1);
+      col[z] = _mm512_maskz_loadu_epi8(m, tile + start);
     } else {
-      qv[s] = _mm512_loadu_si512(seg);
+      col[z] = _mm512_loadu_si512(tile + 64 * z);
     }
+  }
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+#pragma GCC unroll 4
+  for (int round = 1; round < kW; round *= 2) {
+    __m512i next[kW];
+#pragma GCC unroll 8
+    for (int i = 0; i < kW / 2; ++i) {
+      next[i] = _mm512_permutex2var_epi32(col[2 * i], even, col[2 * i + 1]);
+      next[kW / 2 + i] = _mm512_permutex2var_epi32(col[2 * i], odd, col[2 * i + 1]);
+    }
+#pragma GCC unroll 16
+    for (int z = 0; z < kW; ++z) col[z] = next[z];
   }
 }
 
-// Vectors [Z0, Z0 + N) of a 16-row block reduced by the pairwise tree as soon as both halves
-// exist (packed_dot_i8.cc's BlockDotTree). kTail: only the first `bytes` bytes are rows.
-template <int kBits, int NQ, int Z0, int N, bool kTail>
-KVPACK_BLOCK_INLINE void Tree(const uint8_t* block, size_t bytes,
-                              const __m512i (&qv)[NQ][8 / kBits], __m512i (&out)[NQ]) {
-  if constexpr (N == 1) {
-    __m512i raw;
-    if constexpr (kTail) {
-      const size_t start = 64 * Z0;
-      const size_t left = bytes > start ? bytes - start : 0;
-      const __mmask64 m = left >= 64 ? ~__mmask64{0} : ((__mmask64{1} << left) - 1);
-      raw = _mm512_maskz_loadu_epi8(m, block + start);
-    } else {
-      raw = _mm512_loadu_si512(block + 64 * Z0);
+// Query rows [0, NQ) (arranged, row i at qp + stride i) against a tile's columns: lane t of
+// acc[i][a] sums code x query over row t's dwords m with a = m % 2 (kGroups = 1: two chains
+// for latency) or a = the group of dword m (kGroups = 2: each half of a row's dwords is one
+// group). Dword m's byte j holds, in its slot s, channel 4 k m + k j + s (k = 8 / kBits codes
+// per byte), which the arranged query's segment s (kSeg bytes) holds at byte 4 m + j.
+template <int kBits, int NQ, int kW, int kGroups>
+KVPACK_BLOCK_INLINE void ColumnDots(const __m512i (&col)[kW], const int8_t* qp, size_t stride,
+                                    __m512i (&acc)[NQ][2]) {
+  constexpr int kK = 8 / kBits;
+  constexpr size_t kSeg = static_cast<size_t>(kW) * 4;
+#pragma GCC unroll 8
+  for (int i = 0; i < NQ; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
+  const __m512i mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));
+#pragma GCC unroll 16
+  for (int m = 0; m < kW; ++m) {
+    const int a = kGroups == 1 ? m % 2 : m / (kW / 2);
+#pragma GCC unroll 4
+    for (int s = 0; s < kK; ++s) {
+      __m512i codes;
+      if constexpr (kBits == 8) {
+        // Signed bytes (q8_0) read as code + 128, the unsigned operand of vpdpbusd; the
+        // caller takes 128 x (the query's sum) back off.
+        codes = _mm512_xor_si512(col[m], _mm512_set1_epi8(static_cast<char>(0x80)));
+      } else if (s == 0) {
+        codes = _mm512_and_si512(col[m], mask);
+      } else {
+        codes = _mm512_and_si512(_mm512_srli_epi16(col[m], kBits * s), mask);
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < NQ; ++i) {
+        acc[i][a] = DotQuadsBroadcast(acc[i][a], codes, qp + stride * i + kSeg * s + 4 * m);
+      }
     }
-#pragma GCC unroll 8
-    for (int i = 0; i < NQ; ++i) out[i] = _mm512_setzero_si512();
-    if constexpr (kBits == 8) {
-      // Signed bytes (q8_0) read as code + 128, the unsigned operand of vpdpbusd; the caller
-      // takes 128 x (the query's sum) back off.
-      const __m512i codes = _mm512_xor_si512(raw, _mm512_set1_epi8(static_cast<char>(0x80)));
-#pragma GCC unroll 8
-      for (int i = 0; i < NQ; ++i) out[i] = DotQuads(out[i], codes, qv[i][0]);
-      return;
-    }
-    const __m512i mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));
-#pragma GCC unroll 8
-    for (int s = 0; s < 8 / kBits; ++s) {
-      // Byte j of lane m: the code of channel 4 k m + k j + s.
-      const __m512i codes =
-          _mm512_and_si512(_mm512_srl_epi16(raw, _mm_cvtsi32_si128(kBits * s)), mask);
-#pragma GCC unroll 8
-      for (int i = 0; i < NQ; ++i) out[i] = DotQuads(out[i], codes, qv[i][s]);
-    }
-  } else {
-    __m512i lo[NQ], hi[NQ];
-    Tree<kBits, NQ, Z0, N / 2, kTail>(block, bytes, qv, lo);
-    Tree<kBits, NQ, Z0 + N / 2, N / 2, kTail>(block, bytes, qv, hi);
-#pragma GCC unroll 8
-    for (int i = 0; i < NQ; ++i) out[i] = PairSums(lo[i], hi[i]);
   }
 }
 
@@ -329,39 +332,31 @@ KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
       }
     }
     for (size_t j = 0; j < jn; ++j) {
-      __m512i qv[NQ][S::kK];
-#pragma GCC unroll 8
-      for (int i = 0; i < NQ; ++i) BroadcastSegments<kD, kBits>(qp[j][i], qv[i]);
       const size_t r0 = static_cast<size_t>(starts[j0 + j]);
       const size_t r1 = static_cast<size_t>(starts[j0 + j + 1]);
-      size_t t0 = r0;
-      for (; t0 + 16 <= r1; t0 += 16) {
+      for (size_t t0 = r0; t0 < r1; t0 += 16) {
+        const size_t left = std::min<size_t>(16, r1 - t0);
         const uint8_t* block = rows + t0 * S::kRowBytes;
+        __m512i col[S::kW];
+        if (left == 16) {
 #pragma GCC unroll 8
-        for (int z = 0; z < S::kW; ++z) {
-          _mm_prefetch(reinterpret_cast<const char*>(block + 64 * z + kPrefetchBytes),
-                       _MM_HINT_T0);
+          for (int z = 0; z < S::kW; ++z) {
+            _mm_prefetch(reinterpret_cast<const char*>(block + 64 * z + kPrefetchBytes),
+                         _MM_HINT_T0);
+          }
+          LoadColumns<S::kW, false>(block, 0, col);
+        } else {
+          LoadColumns<S::kW, true>(block, left * S::kRowBytes, col);
         }
-        __m512i acc[NQ];
-        Tree<kBits, NQ, 0, S::kW, false>(block, 0, qv, acc);
-#pragma GCC unroll 8
-        for (int i = 0; i < NQ; ++i) {
-          // alpha * dot, then + x . min: CombineCodeDots' two roundings.
-          const __m512 v = _mm512_add_ps(
-              _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i]), _mm512_set1_ps(alpha[j][i])),
-              _mm512_set1_ps(xmin[j][i]));
-          _mm512_storeu_ps(scores + i * ld + t0, v);
-        }
-      }
-      if (t0 < r1) {
-        const size_t left = r1 - t0;
-        __m512i acc[NQ];
-        Tree<kBits, NQ, 0, S::kW, true>(rows + t0 * S::kRowBytes, left * S::kRowBytes, qv, acc);
+        __m512i acc[NQ][2];
+        ColumnDots<kBits, NQ, S::kW, 1>(col, qp[j][0], kD, acc);
         const __mmask16 live = static_cast<__mmask16>((1u << left) - 1);
 #pragma GCC unroll 8
         for (int i = 0; i < NQ; ++i) {
+          // alpha * dot, then + x . min: CombineCodeDots' two roundings.
+          const __m512i dot = _mm512_add_epi32(acc[i][0], acc[i][1]);
           const __m512 v = _mm512_add_ps(
-              _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i]), _mm512_set1_ps(alpha[j][i])),
+              _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(alpha[j][i])),
               _mm512_set1_ps(xmin[j][i]));
           _mm512_mask_storeu_ps(scores + i * ld + t0, live, v);
         }
@@ -370,13 +365,12 @@ KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
   }
 }
 
-// Query rows in passes of at most kMaxQ (the accumulators of the tree, about log2 W + 1 per
-// query, and the k query vectors per query within the 32 registers).
+// Query rows in passes of at most kMaxQ (as ScoreTokenRowsFast's).
 template <int kD, int kBits>
 KVPACK_BLOCK_ATTR void ScoreBlocks(const uint8_t* rows, const uint16_t* params,
                                    const int64_t* starts, size_t n_blocks, const float* q,
                                    size_t n_q, float* scores, size_t ld) {
-  constexpr size_t kMaxQ = kBits == 2 || kD == 128 ? 3 : 4;
+  constexpr size_t kMaxQ = 4;
   ForEachQueryChunk<kMaxQ>(n_q, [&](auto m, size_t i) {
     BlocksPass<kD, kBits, m>(rows, params, starts, n_blocks, q + kD * i, scores + i * ld, ld);
   });
@@ -428,10 +422,8 @@ KVPACK_BLOCK_INLINE void LoadRowParams(const uint16_t* params, size_t t0, __mmas
 }
 
 // Query rows [0, NQ) (arranged, qp [NQ, kD]) against consecutive rows with kGroups (1 or 2)
-// groups each. Per 16 rows the dot tree of packed_dot_i8.cc; with two groups it stops one
-// level early, where lanes (2r, 2r + 1) of the rows 0-7 and 8-15 halves hold row r's sums over
-// the first and the second half of its lanes (each half of a row's lanes is one group), and
-// one even/odd permutation of the halves gives each group's 16 row sums apart. Then
+// groups each. Per 16 rows the tile's columns (LoadColumns) and their dots (ColumnDots: each
+// half of a row's dwords is one group, so the groups' sums come out apart). Then
 // CombineCodeDots' arithmetic, group by group:
 //   acc = 0; for g: acc = fma(alpha_i * scale_g, dot_g, acc); acc = fma(min_g, qsum_ig, acc).
 template <int kD, int kBits, int NQ, int kGroups, RowParams kParams>
@@ -440,49 +432,31 @@ KVPACK_BLOCK_ATTR void TokenRowsPass(const uint8_t* rows, size_t n_rows, const u
                                      float* scores, size_t ld) {
   using S = RowShape<kD, kBits>;
   static_assert(kGroups == 1 || kGroups == 2);
-  __m512i qv[NQ][S::kK];
-#pragma GCC unroll 8
-  for (int i = 0; i < NQ; ++i) BroadcastSegments<kD, kBits>(qp + kD * i, qv[i]);
-  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-  const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
   for (size_t t0 = 0; t0 < n_rows; t0 += 16) {
     const size_t left = std::min<size_t>(16, n_rows - t0);
     const uint8_t* block = rows + t0 * S::kRowBytes;
     const __mmask16 live = static_cast<__mmask16>((1u << left) - 1);
-    const size_t bytes = left * S::kRowBytes;
-    __m512 dot[NQ][kGroups];
-    if constexpr (kGroups == 1) {
-      __m512i acc[NQ];
-      if (left == 16) {
+    __m512i col[S::kW];
+    if (left == 16) {
 #pragma GCC unroll 16
-        for (int z = 0; z < S::kW; ++z) {
-          _mm_prefetch(reinterpret_cast<const char*>(block + 64 * z + kPrefetchBytes),
-                       _MM_HINT_T0);
-        }
-        Tree<kBits, NQ, 0, S::kW, false>(block, 0, qv, acc);
-      } else {
-        Tree<kBits, NQ, 0, S::kW, true>(block, bytes, qv, acc);
+      for (int z = 0; z < S::kW; ++z) {
+        _mm_prefetch(reinterpret_cast<const char*>(block + 64 * z + kPrefetchBytes),
+                     _MM_HINT_T0);
       }
-#pragma GCC unroll 8
-      for (int i = 0; i < NQ; ++i) dot[i][0] = _mm512_cvtepi32_ps(acc[i]);
+      LoadColumns<S::kW, false>(block, 0, col);
     } else {
-      __m512i lo[NQ], hi[NQ];  // rows 0-7 and 8-15, (group 0, group 1) per row
-      if (left == 16) {
-#pragma GCC unroll 16
-        for (int z = 0; z < S::kW; ++z) {
-          _mm_prefetch(reinterpret_cast<const char*>(block + 64 * z + kPrefetchBytes),
-                       _MM_HINT_T0);
-        }
-        Tree<kBits, NQ, 0, S::kW / 2, false>(block, 0, qv, lo);
-        Tree<kBits, NQ, S::kW / 2, S::kW / 2, false>(block, 0, qv, hi);
-      } else {
-        Tree<kBits, NQ, 0, S::kW / 2, true>(block, bytes, qv, lo);
-        Tree<kBits, NQ, S::kW / 2, S::kW / 2, true>(block, bytes, qv, hi);
-      }
+      LoadColumns<S::kW, true>(block, left * S::kRowBytes, col);
+    }
+    __m512i acc[NQ][2];
+    ColumnDots<kBits, NQ, S::kW, kGroups>(col, qp, kD, acc);
+    __m512 dot[NQ][kGroups];
 #pragma GCC unroll 8
-      for (int i = 0; i < NQ; ++i) {
-        dot[i][0] = _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo[i], even, hi[i]));
-        dot[i][1] = _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo[i], odd, hi[i]));
+    for (int i = 0; i < NQ; ++i) {
+      if constexpr (kGroups == 1) {
+        dot[i][0] = _mm512_cvtepi32_ps(_mm512_add_epi32(acc[i][0], acc[i][1]));
+      } else {
+        dot[i][0] = _mm512_cvtepi32_ps(acc[i][0]);
+        dot[i][1] = _mm512_cvtepi32_ps(acc[i][1]);
       }
     }
     __m512 sc[kGroups], mn[kGroups];
@@ -516,14 +490,14 @@ KVPACK_BLOCK_ATTR void TokenRowsPass(const uint8_t* rows, size_t n_rows, const u
   }
 }
 
-// Query rows in passes of at most kMaxQ (the tree's accumulators, about log2 W + 1 per query,
-// and the k query vectors per query within the 32 registers).
+// Query rows in passes of at most kMaxQ: two accumulators per query next to the tile's W <= 16
+// columns within the 32 registers (a GQA group of 4, as Llama's and Mistral's, is one pass).
 template <int kD, int kBits, int kGroups, RowParams kParams>
 KVPACK_BLOCK_ATTR void ScoreTokenRowsFast(const uint8_t* rows, size_t n_rows,
                                           const uint16_t* params, const int8_t* qp,
                                           const float* alpha, const float* qsum, size_t n_q,
                                           float* scores, size_t ld) {
-  constexpr size_t kMaxQ = kBits == 2 || kD == 128 ? 3 : 4;
+  constexpr size_t kMaxQ = 4;
   ForEachQueryChunk<kMaxQ>(n_q, [&](auto m, size_t i) {
     TokenRowsPass<kD, kBits, m, kGroups, kParams>(rows, n_rows, params, qp + kD * i, alpha + i,
                                                   qsum + kGroups * i, scores + i * ld, ld);

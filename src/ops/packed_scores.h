@@ -49,8 +49,9 @@ void ScoreChannelBlockI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes
 //   rows: [n_rows, row_bytes] packed codes (bits 2 or 4); params: [n_rows, n_groups, 2] fp16
 //   (scale, min); q8: [n_q, d]; alpha: [n_q]; qsum: [n_q, n_groups]; scores: [n_q, ld].
 // Fast path (AVX512-VNNI; d 64 or 128; one or two groups; row_bytes = d * bits / 8): per 16
-// rows the packed-row dot tree, stopped one level early with two groups so that each row's
-// group sums come out apart; the rows' parameters in one or two 64-byte loads. Elsewhere the
+// rows the rows' dwords transposed into columns (a lane per row), one vpdpbusd per column,
+// code slot and query row with the query's dword broadcast from memory, each group's sums in
+// their own accumulator; the rows' parameters in one or two 64-byte loads. Elsewhere the
 // general kernels (the same integers and floats where the target has FMA).
 void ScoreTokenRowsI8(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d, int bits,
                       size_t n_groups, const uint16_t* params, const int8_t* q8,
