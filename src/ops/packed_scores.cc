@@ -122,59 +122,87 @@ KVPACK_BLOCK_INLINE __m512i Arranged(__m512i q8) {
   return _mm512_permutexvar_epi32(order, _mm512_shuffle_epi8(q8, shuffle));
 }
 
-// One query row of 16 kV channels: x * scale quantized to int8 (QuantizeI8's rule: inv = 127 /
-// max|x * scale|, round to nearest even, clamp to +-127) into q8 (64 channels per vector, in
-// order; zeros when x * scale is all zero), alpha and x . min.
+// One query row of 16 kV channels against a block's scales and mins, before any reduction:
+// lane-wise max |x * scale| (vrangeps) and the lanes of x . min (one multiply-add chain).
 template <int kV>
-KVPACK_BLOCK_INLINE void ScaleQuantizeRow(const float* x, const __m512 (&sc)[kV],
-                                          const __m512 (&mn)[kV], __m512i (&q8)[kV / 4],
-                                          float& alpha, float& xmin) {
-  __m512 xs[kV];
-  __m512 vmax = _mm512_setzero_ps(), vdot = _mm512_setzero_ps();
+KVPACK_BLOCK_INLINE void ScaledRowLanes(const float* x, const __m512 (&sc)[kV],
+                                        const __m512 (&mn)[kV], __m512& vmax, __m512& vdot) {
+  vmax = _mm512_setzero_ps();
+  vdot = _mm512_setzero_ps();
 #pragma GCC unroll 8
   for (int j = 0; j < kV; ++j) {
     const __m512 v = _mm512_loadu_ps(x + 16 * j);
-    xs[j] = _mm512_mul_ps(v, sc[j]);
-    vmax = _mm512_range_ps(vmax, xs[j], kMaxAbs);
+    vmax = _mm512_range_ps(vmax, _mm512_mul_ps(v, sc[j]), kMaxAbs);
     vdot = _mm512_fmadd_ps(v, mn[j], vdot);
   }
-  const float amax = _mm512_reduce_max_ps(vmax);
-  xmin = _mm512_reduce_add_ps(vdot);
-  if (!(amax > 0.0f)) {
-    alpha = 0.0f;
-#pragma GCC unroll 2
-    for (int h = 0; h < kV / 4; ++h) q8[h] = _mm512_setzero_si512();
-    return;
-  }
-  alpha = amax / 127.0f;
-  const __m512 inv = _mm512_set1_ps(127.0f / amax);
-  const __m512i lo = _mm512_set1_epi32(-127);
+}
+
+// x * scale quantized to int8 by QuantizeI8's rule, given inv = 127 / max|x * scale| (round
+// to nearest even, clamp to +-127) into q8 (64 channels per vector, in order).
+template <int kV>
+KVPACK_BLOCK_INLINE void QuantizeScaledRow(const float* x, const __m512 (&sc)[kV], __m512 inv,
+                                           __m512i (&q8)[kV / 4]) {
   // |x * scale * inv| <= 127 (+ a rounding that cannot reach 127.5), so only the lower clamp
-  // can act (a NaN converts to INT_MIN, which QuantizeI8's clamp makes -127); the saturating
-  // packs to int16 and int8 then equal the clamp, and leave 128-bit lane L holding channels
-  // 16 j + 4 L .. + 3 in its dword j: one dword permutation puts the channels in order.
+  // can act: a NaN converts to INT_MIN, which the saturating packs to int16 and int8 make
+  // -128 and one byte maximum then -127, as QuantizeI8's clamp does. The packs leave 128-bit
+  // lane L holding channels 16 j + 4 L .. + 3 in its dword j: one dword permutation puts the
+  // channels in order.
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
 #pragma GCC unroll 2
   for (int h = 0; h < kV / 4; ++h) {
     __m512i r[4];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
-      r[j] = _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(xs[4 * h + j], inv)), lo);
+      const __m512 xs = _mm512_mul_ps(_mm512_loadu_ps(x + 16 * (4 * h + j)), sc[4 * h + j]);
+      r[j] = _mm512_cvtps_epi32(_mm512_mul_ps(xs, inv));
     }
-    const __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(r[0], r[1]),
-                                             _mm512_packs_epi32(r[2], r[3]));
+    const __m512i bytes = _mm512_max_epi8(
+        _mm512_packs_epi16(_mm512_packs_epi32(r[0], r[1]), _mm512_packs_epi32(r[2], r[3])),
+        _mm512_set1_epi8(-127));
     q8[h] = _mm512_permutexvar_epi32(order, bytes);
   }
 }
 
-// Per query row of d = 64: ScaleQuantizeRow, arranged as ArrangeQueryForPacked does (stored
+// 16 vectors reduced to one: lane j = the sum (kAdd) or the maximum of v[j]'s lanes. Four
+// rounds of halving pair the vectors up (128-bit lanes, then elements), 45 operations for
+// the 16 where one reduction each takes 9; the last round leaves v[4 e + L] in element e of
+// 128-bit lane L, which one permutation puts in order. The sums' order is a pairwise tree.
+template <bool kAdd>
+KVPACK_BLOCK_INLINE __m512 Combine(__m512 a, __m512 b) {
+  return kAdd ? _mm512_add_ps(a, b) : _mm512_max_ps(a, b);
+}
+
+template <bool kAdd>
+KVPACK_BLOCK_INLINE __m512 ReduceEach16(const __m512 (&v)[16]) {
+  constexpr auto op = Combine<kAdd>;
+  __m512 u[8], w[4], x[2];
+#pragma GCC unroll 8
+  for (int a = 0; a < 8; ++a) {
+    u[a] = op(_mm512_shuffle_f32x4(v[2 * a], v[2 * a + 1], 0x44),
+              _mm512_shuffle_f32x4(v[2 * a], v[2 * a + 1], 0xEE));
+  }
+#pragma GCC unroll 4
+  for (int b = 0; b < 4; ++b) {
+    w[b] = op(_mm512_shuffle_f32x4(u[2 * b], u[2 * b + 1], 0x88),
+              _mm512_shuffle_f32x4(u[2 * b], u[2 * b + 1], 0xDD));
+  }
+#pragma GCC unroll 2
+  for (int c = 0; c < 2; ++c) {
+    x[c] = op(_mm512_shuffle_ps(w[2 * c], w[2 * c + 1], 0x44),
+              _mm512_shuffle_ps(w[2 * c], w[2 * c + 1], 0xEE));
+  }
+  const __m512 r = op(_mm512_shuffle_ps(x[0], x[1], 0x88), _mm512_shuffle_ps(x[0], x[1], 0xDD));
+  return _mm512_permutexvar_ps(
+      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
+}
+
+// Per query row of d = 64: QuantizeScaledRow, arranged as ArrangeQueryForPacked does (stored
 // to qp, 64 bytes).
 template <int kBits>
-KVPACK_BLOCK_INLINE void ArrangedQuery(const float* x, const __m512 (&sc)[4],
-                                       const __m512 (&mn)[4], int8_t* qp, float& alpha,
-                                       float& xmin) {
+KVPACK_BLOCK_INLINE void ArrangedQuery(const float* x, const __m512 (&sc)[4], __m512 inv,
+                                       int8_t* qp) {
   __m512i q8[1];
-  ScaleQuantizeRow<4>(x, sc, mn, q8, alpha, xmin);
+  QuantizeScaledRow<4>(x, sc, inv, q8);
   _mm512_store_si512(qp, Arranged<kBits>(q8[0]));
 }
 
@@ -183,11 +211,10 @@ KVPACK_BLOCK_INLINE void ArrangedQuery(const float* x, const __m512 (&sc)[4],
 // grouped by s) and one dword permutation over the two halves per output vector, so that no
 // VBMI is needed.
 template <int kBits>
-KVPACK_BLOCK_INLINE void ArrangedQuery128(const float* x, const __m512 (&sc)[8],
-                                          const __m512 (&mn)[8], int8_t* qp, float& alpha,
-                                          float& xmin) {
+KVPACK_BLOCK_INLINE void ArrangedQuery128(const float* x, const __m512 (&sc)[8], __m512 inv,
+                                          int8_t* qp) {
   __m512i half[2];  // q8 bytes 0-63, 64-127
-  ScaleQuantizeRow<8>(x, sc, mn, half, alpha, xmin);
+  QuantizeScaledRow<8>(x, sc, inv, half);
   // 4 bits: lane L's even bytes (s = 0) go to dwords 4L, 4L + 1, its odd bytes to 4L + 2,
   // 4L + 3, and each output vector is one 64-byte segment. 2 bits: lane L's bytes of s = 0..3
   // go to dwords 4L + s, and each output vector holds two 32-byte segments.
@@ -263,6 +290,11 @@ KVPACK_BLOCK_INLINE void ColumnDots(const __m512i (&col)[kW], const int8_t* qp, 
 #pragma GCC unroll 8
   for (int i = 0; i < NQ; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
   const __m512i mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));
+  // The query's NQ x kW x k dword addresses are fixed offsets from qp; hidden behind this
+  // empty asm, qp is a register per tile and each operand its displacement. Without it GCC
+  // kept the addresses as loop invariants and spilled most of them to the stack, one
+  // reload per vpdpbusd.
+  asm("" : "+r"(qp));
 #pragma GCC unroll 16
   for (int m = 0; m < kW; ++m) {
     const int a = kGroups == 1 ? m % 2 : m / (kW / 2);
@@ -291,45 +323,99 @@ constexpr size_t PhaseBlocks(int d) { return d == 64 ? 32 : 16; }
 // Blocks ahead whose parameters are prefetched.
 constexpr size_t kParamsAhead = 8;
 
+// A block's per-channel scales (and mins) as kV vectors each.
+template <int kV>
+KVPACK_BLOCK_INLINE void LoadBlockParams(const uint16_t* pj, __m512 (&sc)[kV], __m512* mn) {
+#pragma GCC unroll 8
+  for (int c = 0; c < kV; ++c) {
+    sc[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pj + 16 * c)));
+    if (mn != nullptr) {
+      mn[c] = _mm512_cvtph_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pj + 16 * kV + 16 * c)));
+    }
+  }
+}
+
+// The int8 queries of blocks [0, n) (n <= 16, params at params + 2 kD j) for query rows
+// [0, NQ): qp[j][i] arranged, alpha[i * kLd + j] and xmin[i * kLd + j]. First each block's lane-wise
+// max |q * scale| and q . min, then their reductions 16 blocks at a time (ReduceEach16) and
+// the divisions as vectors, then the rounding (q * scale recomputed). The same q8 and alpha
+// as QuantizeI8Ref's; xmin sums in another order.
+template <int kD, int kBits, int NQ, size_t kLd>
+KVPACK_BLOCK_INLINE void PrepareQueries16(const uint16_t* params, size_t n, const float* q,
+                                          int8_t (*qp)[NQ][kD], float* alpha, float* xmin) {
+  constexpr int kV = kD / 16;
+  __m512 lane_max[NQ][16], lane_dot[NQ][16];
+  for (size_t j = 0; j < 16; ++j) {
+    if (j >= n) {
+#pragma GCC unroll 8
+      for (int i = 0; i < NQ; ++i) lane_max[i][j] = lane_dot[i][j] = _mm512_setzero_ps();
+      continue;
+    }
+    const uint16_t* pj = params + j * 2 * kD;
+    // The parameters stream from memory too (4 d bytes per block): without this their
+    // conversions were the kernel's hottest instructions on a 30-layer cache.
+#pragma GCC unroll 8
+    for (int c = 0; c < kD / 16; ++c) {
+      _mm_prefetch(reinterpret_cast<const char*>(pj + 2 * kD * kParamsAhead) + 64 * c,
+                   _MM_HINT_T0);
+    }
+    __m512 sc[kV], mn[kV];
+    LoadBlockParams<kV>(pj, sc, mn);
+#pragma GCC unroll 8
+    for (int i = 0; i < NQ; ++i) ScaledRowLanes<kV>(q + kD * i, sc, mn, lane_max[i][j], lane_dot[i][j]);
+  }
+  alignas(64) float amax[NQ][16], inv[NQ][16];
+  const __m512 k127 = _mm512_set1_ps(127.0f);
+#pragma GCC unroll 8
+  for (int i = 0; i < NQ; ++i) {
+    const __m512 m = ReduceEach16<false>(lane_max[i]);
+    // QuantizeI8's zero rule: a row whose max is not > 0 (zero or NaN) quantizes to zeros
+    // with alpha = 0.
+    const __mmask16 live = _mm512_cmp_ps_mask(m, _mm512_setzero_ps(), _CMP_GT_OQ);
+    _mm512_store_ps(amax[i], m);
+    _mm512_store_ps(inv[i], _mm512_maskz_div_ps(live, k127, m));
+    _mm512_storeu_ps(alpha + i * kLd, _mm512_maskz_div_ps(live, m, k127));
+    _mm512_storeu_ps(xmin + i * kLd, ReduceEach16<true>(lane_dot[i]));
+  }
+  for (size_t j = 0; j < n; ++j) {
+    __m512 sc[kV];
+    LoadBlockParams<kV>(params + j * 2 * kD, sc, nullptr);
+#pragma GCC unroll 8
+    for (int i = 0; i < NQ; ++i) {
+      if (!(amax[i][j] > 0.0f)) {
+        std::memset(qp[j][i], 0, kD);
+        continue;
+      }
+      const __m512 vinv = _mm512_set1_ps(inv[i][j]);
+      if constexpr (kD == 64) {
+        ArrangedQuery<kBits>(q + kD * i, sc, vinv, qp[j][i]);
+      } else {
+        ArrangedQuery128<kBits>(q + kD * i, sc, vinv, qp[j][i]);
+      }
+    }
+  }
+}
+
 // Query rows [0, NQ) against blocks [0, n_blocks), kPhaseBlocks at a time in two phases: first
-// every block's int8 query (a chain of reductions and a division per query with no work to
-// overlap it inside one 32-token block; across blocks these chains are independent), then
-// every block's rows. Block j: rows [starts[j], starts[j + 1]), params at params + 2 kD j.
+// every block's int8 query (PrepareQueries16: a chain of reductions and divisions per query
+// with no work to overlap it inside one 32-token block), then every block's rows. Block j:
+// rows [starts[j], starts[j + 1]), params at params + 2 kD j.
 template <int kD, int kBits, int NQ>
 KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
                                   const int64_t* starts, size_t n_blocks, const float* q,
                                   float* scores, size_t ld) {
   using S = RowShape<kD, kBits>;
   constexpr size_t kPhase = PhaseBlocks(kD);
-  constexpr int kV = kD / 16;  // parameter vectors per block and kind
+  static_assert(kPhase % 16 == 0);
   alignas(64) int8_t qp[kPhase][NQ][kD];
-  float alpha[kPhase][NQ], xmin[kPhase][NQ];
+  alignas(64) float alpha[NQ][kPhase], xmin[NQ][kPhase];
   for (size_t j0 = 0; j0 < n_blocks; j0 += kPhase) {
     const size_t jn = std::min(kPhase, n_blocks - j0);
-    for (size_t j = 0; j < jn; ++j) {
-      const uint16_t* pj = params + (j0 + j) * 2 * kD;
-      // The parameters stream from memory too (4 d bytes per block): without this their
-      // conversions were the kernel's hottest instructions on a 30-layer cache.
-#pragma GCC unroll 8
-      for (int c = 0; c < kD / 16; ++c) {
-        _mm_prefetch(reinterpret_cast<const char*>(pj + 2 * kD * kParamsAhead) + 64 * c,
-                     _MM_HINT_T0);
-      }
-      __m512 sc[kV], mn[kV];
-#pragma GCC unroll 8
-      for (int c = 0; c < kV; ++c) {
-        sc[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pj + 16 * c)));
-        mn[c] = _mm512_cvtph_ps(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pj + kD + 16 * c)));
-      }
-#pragma GCC unroll 8
-      for (int i = 0; i < NQ; ++i) {
-        if constexpr (kD == 64) {
-          ArrangedQuery<kBits>(q + kD * i, sc, mn, qp[j][i], alpha[j][i], xmin[j][i]);
-        } else {
-          ArrangedQuery128<kBits>(q + kD * i, sc, mn, qp[j][i], alpha[j][i], xmin[j][i]);
-        }
-      }
+    for (size_t g = 0; g < jn; g += 16) {
+      PrepareQueries16<kD, kBits, NQ, kPhase>(params + (j0 + g) * 2 * kD,
+                                              std::min<size_t>(16, jn - g), q, qp + g,
+                                              &alpha[0][g], &xmin[0][g]);
     }
     for (size_t j = 0; j < jn; ++j) {
       const size_t r0 = static_cast<size_t>(starts[j0 + j]);
@@ -356,8 +442,8 @@ KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
           // alpha * dot, then + x . min: CombineCodeDots' two roundings.
           const __m512i dot = _mm512_add_epi32(acc[i][0], acc[i][1]);
           const __m512 v = _mm512_add_ps(
-              _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(alpha[j][i])),
-              _mm512_set1_ps(xmin[j][i]));
+              _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(alpha[i][j])),
+              _mm512_set1_ps(xmin[i][j]));
           _mm512_mask_storeu_ps(scores + i * ld + t0, live, v);
         }
       }
