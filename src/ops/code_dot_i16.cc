@@ -214,6 +214,103 @@ KVPACK_VNNI_ATTR void ChunkI16(const int16_t* wq, size_t ldq, size_t ng, size_t 
   }
 }
 
+// ChunkI16<NQ, 4, BPG, 4, kWide>'s sums for 4-bit rows and a whole chunk of 64 channels (32
+// bytes per row) in one group (BPG = 4) or two of 32 channels (BPG = 2), with the codes taken
+// by byte instead of by channel: one two-source byte permutation per 16 bytes puts byte
+// 16 h + q of rows k and k + 1 into the low bytes of lane q's two 16-bit halves; masked to its
+// low nibble that is channel 32 h + 2 q's pair of codes, shifted right by 4 channel
+// 32 h + 2 q + 1's. Accumulator (i, h, s) lane q then sums channel 32 h + 2 q + s, and two
+// permutations per half put the channels back in order at the end. Per row pair: 2
+// permutations and 2 shifts or masks, where ChunkI16 takes 4 permutations, 4 shifts and 4
+// masks; the same integers per channel, so the same floats.
+template <int NQ, int BPG, bool kWide>
+KVPACK_VNNI_ATTR void ChunkI16Nibbles(const int16_t* wq, size_t ldq, size_t ng, size_t g0,
+                                      const float* s, const uint8_t* codes, size_t n_rows,
+                                      size_t row_stride, size_t c, float* out, size_t d) {
+  static_assert(BPG == 4 || BPG == 2);
+  constexpr int kGroups = 4 / BPG;  // half h is in group h * kGroups / 2
+  constexpr __mmask64 kLowBytes = 0x5555555555555555ull;
+  __m512i pick[2];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    alignas(64) uint8_t idx[64] = {};
+#pragma GCC unroll 16
+    for (int q = 0; q < 16; ++q) {
+      idx[4 * q] = static_cast<uint8_t>(16 * h + q);
+      idx[4 * q + 2] = static_cast<uint8_t>(64 + 16 * h + q);
+    }
+    pick[h] = _mm512_load_si512(idx);
+  }
+  const __m512i nibble = _mm512_set1_epi16(0xF);
+  constexpr __mmask64 kChunk = 0xFFFFFFFFull;  // the chunk's 32 bytes of a row
+  const size_t c_byte = c / 2;
+  const int16_t* wrow[NQ][kGroups];
+#pragma GCC unroll 4
+  for (int i = 0; i < NQ; ++i) {
+#pragma GCC unroll 2
+    for (int g = 0; g < kGroups; ++g) wrow[i][g] = wq + (i * ng + g0 + g) * ldq;
+  }
+  __m512i acc[NQ][2][2];
+#pragma GCC unroll 4
+  for (int i = 0; i < NQ; ++i) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) acc[i][h][0] = acc[i][h][1] = _mm512_setzero_si512();
+  }
+  for (size_t k = 0; k < n_rows; k += 2) {
+    // As ChunkI16: packed rows stream from memory.
+    _mm_prefetch(reinterpret_cast<const char*>(codes + k * row_stride + c_byte + 4096),
+                 _MM_HINT_T0);
+    if constexpr (kWide) {
+      _mm_prefetch(reinterpret_cast<const char*>(codes + (k + 1) * row_stride + c_byte + 4096),
+                   _MM_HINT_T0);
+    }
+    const __m512i r0 = _mm512_maskz_loadu_epi8(kChunk, codes + k * row_stride + c_byte);
+    const __m512i r1 = k + 1 < n_rows
+                           ? _mm512_maskz_loadu_epi8(kChunk, codes + (k + 1) * row_stride + c_byte)
+                           : _mm512_setzero_si512();
+    __m512i pairs[2][2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m512i bytes = _mm512_maskz_permutex2var_epi8(kLowBytes, r0, pick[h], r1);
+      pairs[h][0] = _mm512_and_si512(bytes, nibble);
+      pairs[h][1] = _mm512_srli_epi16(bytes, 4);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < NQ; ++i) {
+#pragma GCC unroll 2
+      for (int g = 0; g < kGroups; ++g) {
+        int32_t pair;  // (wq_k, wq_k+1) of query row i, group g: one broadcast per pair
+        std::memcpy(&pair, wrow[i][g] + k, sizeof(pair));
+        const __m512i wv = _mm512_set1_epi32(pair);
+#pragma GCC unroll 2
+        for (int h = g * 2 / kGroups; h < (g + 1) * 2 / kGroups; ++h) {
+          acc[i][h][0] = DotPairsAdd(acc[i][h][0], pairs[h][0], wv);
+          acc[i][h][1] = DotPairsAdd(acc[i][h][1], pairs[h][1], wv);
+        }
+      }
+    }
+  }
+  // Channel 16 b + j of the chunk (b = 2 h + half) is lane (16 half + j) / 2 of slot j % 2.
+  alignas(64) static constexpr int32_t kOrder[2][16] = {
+      {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23},
+      {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31}};
+#pragma GCC unroll 4
+  for (int i = 0; i < NQ; ++i) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
+      for (int half = 0; half < 2; ++half) {
+        const int b = 2 * h + half;
+        const __m512i sums = _mm512_permutex2var_epi32(
+            acc[i][h][0], _mm512_load_si512(kOrder[half]), acc[i][h][1]);
+        float* o = out + i * d + c + 16 * b;
+        const __m512 sv = _mm512_set1_ps(s[i * ng + g0 + b / BPG]);
+        _mm512_storeu_ps(o, _mm512_fmadd_ps(sv, _mm512_cvtepi32_ps(sums), _mm512_loadu_ps(o)));
+      }
+    }
+  }
+}
+
 // One chunk of NB blocks: the run length of its groups (the chunk's first block starts a
 // group or the chunk lies inside one).
 template <int NQ, int NB, int kBits, bool kWide>
@@ -224,6 +321,16 @@ KVPACK_VNNI_ATTR void ChunkByGroups(const int16_t* wq, size_t ldq, size_t ng, si
   const size_t g_first = first / group;
   const size_t a = first + c, g0 = a / group - g_first;
   const bool inside = a / group == (a + 16 * NB - 1) / group;
+  if constexpr (kBits == 4 && NB == 4) {
+    if (inside) {
+      ChunkI16Nibbles<NQ, 4, kWide>(wq, ldq, ng, g0, s, codes, n_rows, row_stride, c, out, d);
+      return;
+    }
+    if (a % group == 0 && group == 32) {
+      ChunkI16Nibbles<NQ, 2, kWide>(wq, ldq, ng, g0, s, codes, n_rows, row_stride, c, out, d);
+      return;
+    }
+  }
   if (inside) {
     ChunkI16<NQ, NB, 4, kBits, kWide>(wq, ldq, ng, g0, s, codes, n_rows, row_stride, c, out, d);
   } else if (a % group == 0 && group == 32) {
