@@ -101,6 +101,35 @@ KVPACK_VNNI_ATTR inline __m512i DotPairsAdd(__m512i acc, __m512i pairs, __m512i 
   return acc;
 }
 
+// Rows k and k + 1 (zeros past n_rows) of a chunk: the bytes `live` from c_byte of each.
+// Packed rows (kPrefetch) stream from memory and ask for the line 4 KiB ahead: without this
+// the 30-layer benchmark ran ~60% slower than with the unpacking pass they replace (whose
+// stream loop prefetches). Rows wider than a line (kWide: a window of KCVT's all-head rows)
+// ask for the second row's too, which lies in another line that the stride of two rows would
+// otherwise skip.
+template <bool kPrefetch, bool kWide>
+KVPACK_VNNI_ATTR inline void LoadRowPair(const uint8_t* codes, size_t k, size_t n_rows,
+                                         size_t row_stride, size_t c_byte, __mmask64 live,
+                                         __m512i& r0, __m512i& r1) {
+  const uint8_t* first = codes + k * row_stride + c_byte;
+  if constexpr (kPrefetch) {
+    _mm_prefetch(reinterpret_cast<const char*>(first + 4096), _MM_HINT_T0);
+    if constexpr (kWide) {
+      _mm_prefetch(reinterpret_cast<const char*>(first + row_stride + 4096), _MM_HINT_T0);
+    }
+  }
+  r0 = _mm512_maskz_loadu_epi8(live, first);
+  r1 = k + 1 < n_rows ? _mm512_maskz_loadu_epi8(live, first + row_stride)
+                      : _mm512_setzero_si512();
+}
+
+// The int16 weights (wq_k, wq_k+1) of one (query row, group) row, broadcast to every lane.
+KVPACK_VNNI_ATTR inline __m512i WeightPair(const int16_t* row, size_t k) {
+  int32_t pair;
+  std::memcpy(&pair, row + k, sizeof(pair));
+  return _mm512_set1_epi32(pair);
+}
+
 // Channels [c, c + 16 * NB) of the window (one chunk, NB <= 4 blocks of 16) whose blocks
 // come in runs of BPG with one group each (block b is in window group g0 + b / BPG), query
 // rows [0, NQ): acc[i][b] += sum over row pairs of (code_k, code_k+1) . (wq_k, wq_k+1).
@@ -162,22 +191,8 @@ KVPACK_VNNI_ATTR void ChunkI16(const int16_t* wq, size_t ldq, size_t ng, size_t 
     for (int b = 0; b < NB; ++b) acc[i][b] = _mm512_setzero_si512();
   }
   for (size_t k = 0; k < n_rows; k += 2) {
-    if constexpr (kBits != 0) {
-      // Packed rows stream from memory: without this the 30-layer benchmark ran ~60% slower
-      // than with the unpacking pass it replaces (whose stream loop prefetches).
-      _mm_prefetch(reinterpret_cast<const char*>(codes + k * row_stride + c_byte + 4096),
-                   _MM_HINT_T0);
-      // Rows wider than a line (a window of KCVT's all-head rows): the second row's window
-      // lies in another line, which the stride of two rows would otherwise skip.
-      if constexpr (kWide) {
-        _mm_prefetch(reinterpret_cast<const char*>(codes + (k + 1) * row_stride + c_byte + 4096),
-                     _MM_HINT_T0);
-      }
-    }
-    const __m512i r0 = _mm512_maskz_loadu_epi8(live, codes + k * row_stride + c_byte);
-    const __m512i r1 = k + 1 < n_rows
-                           ? _mm512_maskz_loadu_epi8(live, codes + (k + 1) * row_stride + c_byte)
-                           : _mm512_setzero_si512();
+    __m512i r0, r1;
+    LoadRowPair<kBits != 0, kWide>(codes, k, n_rows, row_stride, c_byte, live, r0, r1);
     __m512i pairs[NB];
 #pragma GCC unroll 16
     for (int b = 0; b < NB; ++b) {
@@ -192,9 +207,7 @@ KVPACK_VNNI_ATTR void ChunkI16(const int16_t* wq, size_t ldq, size_t ng, size_t 
     for (int i = 0; i < NQ; ++i) {
 #pragma GCC unroll 16
       for (int g = 0; g < kGroups; ++g) {
-        int32_t pair;  // (wq_k, wq_k+1) of query row i, group g: one broadcast per pair
-        std::memcpy(&pair, wrow[i][g] + k, sizeof(pair));
-        const __m512i wv = _mm512_set1_epi32(pair);
+        const __m512i wv = WeightPair(wrow[i][g], k);
 #pragma GCC unroll 16
         for (int j = 0; j < BPG; ++j) {
           const int b = g * BPG + j;
@@ -257,17 +270,8 @@ KVPACK_VNNI_ATTR void ChunkI16Nibbles(const int16_t* wq, size_t ldq, size_t ng, 
     for (int h = 0; h < 2; ++h) acc[i][h][0] = acc[i][h][1] = _mm512_setzero_si512();
   }
   for (size_t k = 0; k < n_rows; k += 2) {
-    // As ChunkI16: packed rows stream from memory.
-    _mm_prefetch(reinterpret_cast<const char*>(codes + k * row_stride + c_byte + 4096),
-                 _MM_HINT_T0);
-    if constexpr (kWide) {
-      _mm_prefetch(reinterpret_cast<const char*>(codes + (k + 1) * row_stride + c_byte + 4096),
-                   _MM_HINT_T0);
-    }
-    const __m512i r0 = _mm512_maskz_loadu_epi8(kChunk, codes + k * row_stride + c_byte);
-    const __m512i r1 = k + 1 < n_rows
-                           ? _mm512_maskz_loadu_epi8(kChunk, codes + (k + 1) * row_stride + c_byte)
-                           : _mm512_setzero_si512();
+    __m512i r0, r1;
+    LoadRowPair<true, kWide>(codes, k, n_rows, row_stride, c_byte, kChunk, r0, r1);
     __m512i pairs[2][2];
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
@@ -279,9 +283,7 @@ KVPACK_VNNI_ATTR void ChunkI16Nibbles(const int16_t* wq, size_t ldq, size_t ng, 
     for (int i = 0; i < NQ; ++i) {
 #pragma GCC unroll 2
       for (int g = 0; g < kGroups; ++g) {
-        int32_t pair;  // (wq_k, wq_k+1) of query row i, group g: one broadcast per pair
-        std::memcpy(&pair, wrow[i][g] + k, sizeof(pair));
-        const __m512i wv = _mm512_set1_epi32(pair);
+        const __m512i wv = WeightPair(wrow[i][g], k);
 #pragma GCC unroll 2
         for (int h = g * 2 / kGroups; h < (g + 1) * 2 / kGroups; ++h) {
           acc[i][h][0] = DotPairsAdd(acc[i][h][0], pairs[h][0], wv);

@@ -277,6 +277,21 @@ KVPACK_BLOCK_INLINE void LoadColumns(const uint8_t* tile, size_t bytes, __m512i 
   }
 }
 
+// The tile of 16 rows from `tile` (of which `left` exist, kRowBytes each) as columns; a whole
+// tile also asks for the lines kPrefetchBytes ahead (the rows stream from memory).
+template <int kW, size_t kRowBytes>
+KVPACK_BLOCK_INLINE void LoadTile(const uint8_t* tile, size_t left, __m512i (&col)[kW]) {
+  if (left == 16) {
+#pragma GCC unroll 16
+    for (int z = 0; z < kW; ++z) {
+      _mm_prefetch(reinterpret_cast<const char*>(tile + 64 * z + kPrefetchBytes), _MM_HINT_T0);
+    }
+    LoadColumns<kW, false>(tile, 0, col);
+  } else {
+    LoadColumns<kW, true>(tile, left * kRowBytes, col);
+  }
+}
+
 // Query rows [0, NQ) (arranged, row i at qp + stride i) against a tile's columns: lane t of
 // acc[i][a] sums code x query over row t's dwords m with a = m % 2 (kGroups = 1: two chains
 // for latency) or a = the group of dword m (kGroups = 2: each half of a row's dwords is one
@@ -422,18 +437,8 @@ KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
       const size_t r1 = static_cast<size_t>(starts[j0 + j + 1]);
       for (size_t t0 = r0; t0 < r1; t0 += 16) {
         const size_t left = std::min<size_t>(16, r1 - t0);
-        const uint8_t* block = rows + t0 * S::kRowBytes;
         __m512i col[S::kW];
-        if (left == 16) {
-#pragma GCC unroll 8
-          for (int z = 0; z < S::kW; ++z) {
-            _mm_prefetch(reinterpret_cast<const char*>(block + 64 * z + kPrefetchBytes),
-                         _MM_HINT_T0);
-          }
-          LoadColumns<S::kW, false>(block, 0, col);
-        } else {
-          LoadColumns<S::kW, true>(block, left * S::kRowBytes, col);
-        }
+        LoadTile<S::kW, S::kRowBytes>(rows + t0 * S::kRowBytes, left, col);
         __m512i acc[NQ][2];
         ColumnDots<kBits, NQ, S::kW, 1>(col, qp[j][0], kD, acc);
         const __mmask16 live = static_cast<__mmask16>((1u << left) - 1);
@@ -520,19 +525,9 @@ KVPACK_BLOCK_ATTR void TokenRowsPass(const uint8_t* rows, size_t n_rows, const u
   static_assert(kGroups == 1 || kGroups == 2);
   for (size_t t0 = 0; t0 < n_rows; t0 += 16) {
     const size_t left = std::min<size_t>(16, n_rows - t0);
-    const uint8_t* block = rows + t0 * S::kRowBytes;
     const __mmask16 live = static_cast<__mmask16>((1u << left) - 1);
     __m512i col[S::kW];
-    if (left == 16) {
-#pragma GCC unroll 16
-      for (int z = 0; z < S::kW; ++z) {
-        _mm_prefetch(reinterpret_cast<const char*>(block + 64 * z + kPrefetchBytes),
-                     _MM_HINT_T0);
-      }
-      LoadColumns<S::kW, false>(block, 0, col);
-    } else {
-      LoadColumns<S::kW, true>(block, left * S::kRowBytes, col);
-    }
+    LoadTile<S::kW, S::kRowBytes>(rows + t0 * S::kRowBytes, left, col);
     __m512i acc[NQ][2];
     ColumnDots<kBits, NQ, S::kW, kGroups>(col, qp, kD, acc);
     __m512 dot[NQ][kGroups];
