@@ -352,10 +352,10 @@ KVPACK_BLOCK_INLINE void LoadBlockParams(const uint16_t* pj, __m512 (&sc)[kV], _
 }
 
 // The int8 queries of blocks [0, n) (n <= 16, params at params + 2 kD j) for query rows
-// [0, NQ): qp[j][i] arranged, alpha[i * kLd + j] and xmin[i * kLd + j]. First each block's lane-wise
-// max |q * scale| and q . min, then their reductions 16 blocks at a time (ReduceEach16) and
-// the divisions as vectors, then the rounding (q * scale recomputed). The same q8 and alpha
-// as QuantizeI8Ref's; xmin sums in another order.
+// [0, NQ): qp[j][i] arranged, alpha[i * kLd + j] and xmin[i * kLd + j]. First each block's
+// lane-wise max |q * scale| and q . min, then their reductions 16 blocks at a time
+// (ReduceEach16) and the divisions as vectors, then the rounding (q * scale recomputed). The
+// same q8 and alpha as QuantizeI8Ref's; xmin sums in another order.
 template <int kD, int kBits, int NQ, size_t kLd>
 KVPACK_BLOCK_INLINE void PrepareQueries16(const uint16_t* params, size_t n, const float* q,
                                           int8_t (*qp)[NQ][kD], float* alpha, float* xmin) {
@@ -378,7 +378,9 @@ KVPACK_BLOCK_INLINE void PrepareQueries16(const uint16_t* params, size_t n, cons
     __m512 sc[kV], mn[kV];
     LoadBlockParams<kV>(pj, sc, mn);
 #pragma GCC unroll 8
-    for (int i = 0; i < NQ; ++i) ScaledRowLanes<kV>(q + kD * i, sc, mn, lane_max[i][j], lane_dot[i][j]);
+    for (int i = 0; i < NQ; ++i) {
+      ScaledRowLanes<kV>(q + kD * i, sc, mn, lane_max[i][j], lane_dot[i][j]);
+    }
   }
   alignas(64) float amax[NQ][16], inv[NQ][16];
   const __m512 k127 = _mm512_set1_ps(127.0f);
