@@ -10,6 +10,7 @@
 
 #include "core/half.h"
 #include "ops/lowrank_f16.h"
+#include "ops/lowrank_runs_avx512.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvpack {
@@ -259,6 +260,48 @@ void LowRankAddAccumulateF16Ref(const uint16_t* a_t, size_t a_stride, const uint
       }
       out[i * d + c] = static_cast<float>(acc);
     }
+  }
+}
+
+void LowRankRunAddScoresF16(const uint16_t* a_t, const uint16_t* b_t, size_t n_blocks,
+                            size_t n, size_t rank, size_t d, const float* q, size_t n_q,
+                            float* scores, size_t ld) {
+  if (LowRankRunKernelAvailable(rank, d, n)) {
+    LowRankRunAddScoresAvx512(a_t, b_t, n_blocks, n, rank, d, q, n_q, scores, ld);
+    return;
+  }
+  for (size_t j = 0; j < n_blocks; ++j) {
+    LowRankAddScoresF16(a_t + j * rank * n, n, b_t + j * rank * d, rank, d, n, q, n_q,
+                        scores + j * n, ld);
+  }
+}
+void LowRankRunAddScoresF16Ref(const uint16_t* a_t, const uint16_t* b_t, size_t n_blocks,
+                               size_t n, size_t rank, size_t d, const float* q, size_t n_q,
+                               float* scores, size_t ld) {
+  for (size_t j = 0; j < n_blocks; ++j) {
+    LowRankAddScoresF16Ref(a_t + j * rank * n, n, b_t + j * rank * d, rank, d, n, q, n_q,
+                           scores + j * n, ld);
+  }
+}
+
+void LowRankRunAddAccumulateF16(const uint16_t* a_t, const uint16_t* b_t, size_t n_blocks,
+                                size_t n, size_t rank, size_t d, const float* p, size_t n_q,
+                                size_t ld, float* out) {
+  if (LowRankRunKernelAvailable(rank, d, n)) {
+    LowRankRunAddAccumulateAvx512(a_t, b_t, n_blocks, n, rank, d, p, n_q, ld, out);
+    return;
+  }
+  for (size_t j = 0; j < n_blocks; ++j) {
+    LowRankAddAccumulateF16(a_t + j * rank * n, n, b_t + j * rank * d, rank, d, n, p + j * n,
+                            n_q, ld, out);
+  }
+}
+void LowRankRunAddAccumulateF16Ref(const uint16_t* a_t, const uint16_t* b_t, size_t n_blocks,
+                                   size_t n, size_t rank, size_t d, const float* p, size_t n_q,
+                                   size_t ld, float* out) {
+  for (size_t j = 0; j < n_blocks; ++j) {
+    LowRankAddAccumulateF16Ref(a_t + j * rank * n, n, b_t + j * rank * d, rank, d, n,
+                               p + j * n, n_q, ld, out);
   }
 }
 }  // namespace kvpack

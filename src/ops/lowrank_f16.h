@@ -38,6 +38,26 @@ void LowRankAddAccumulateF16Ref(const uint16_t* a_t, size_t a_stride, const uint
                                 size_t rank, size_t d, size_t n, const float* p, size_t n_q,
                                 size_t ld, float* out);
 
+// A run of n_blocks blocks of n rows and rank `rank` each, stored one after another: block j's
+// A^T [rank, n] at a_t + j * rank * n, its B^T [rank, d] at b_t + j * rank * d, its rows at
+// columns [j n, (j + 1) n) of scores / p. The same sums as one call of the kernels above per
+// block; where the shape allows (ops/lowrank_runs_avx512.h: rank <= 4, d and n multiples of
+// 16, an AVX-512 CPU) several blocks' projections are formed and reduced together, and the
+// per-block cost (a call, a dispatch, a reduction chain) is paid once per group of blocks.
+// The twins (...Ref) are the per-block twins called block by block.
+void LowRankRunAddScoresF16(const uint16_t* a_t, const uint16_t* b_t, size_t n_blocks,
+                            size_t n, size_t rank, size_t d, const float* q, size_t n_q,
+                            float* scores, size_t ld);
+void LowRankRunAddScoresF16Ref(const uint16_t* a_t, const uint16_t* b_t, size_t n_blocks,
+                               size_t n, size_t rank, size_t d, const float* q, size_t n_q,
+                               float* scores, size_t ld);
+void LowRankRunAddAccumulateF16(const uint16_t* a_t, const uint16_t* b_t, size_t n_blocks,
+                                size_t n, size_t rank, size_t d, const float* p, size_t n_q,
+                                size_t ld, float* out);
+void LowRankRunAddAccumulateF16Ref(const uint16_t* a_t, const uint16_t* b_t, size_t n_blocks,
+                                   size_t n, size_t rank, size_t d, const float* p, size_t n_q,
+                                   size_t ld, float* out);
+
 }  // namespace kvpack
 
 #endif  // KVPACK_OPS_LOWRANK_F16_H_

@@ -58,31 +58,69 @@ void LowRankBlocks::AddDecode(int64_t r0, int64_t r1, float* out) const {
   }
 }
 
+size_t LowRankBlocks::RunEnd(size_t bi, int64_t r1) const {
+  const Block& first = blocks_[bi];
+  size_t be = bi + 1;
+  for (; be < blocks_.size(); ++be) {
+    const Block& prev = blocks_[be - 1];
+    const Block& blk = blocks_[be];
+    const size_t na = static_cast<size_t>(prev.n) * prev.rank;
+    const size_t nb = static_cast<size_t>(d_) * prev.rank;
+    if (blk.n != first.n || blk.rank != first.rank || blk.first + blk.n > r1 ||
+        blk.a_off != prev.a_off + na || blk.b_off != prev.b_off + nb) {
+      break;
+    }
+  }
+  return be;
+}
+
 void LowRankBlocks::AddScores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
                               int64_t ld) const {
   if (r0 >= r1) return;
-  for (size_t bi = FirstBlockAtOrAfter(r0); bi < blocks_.size(); ++bi) {
+  size_t bi = FirstBlockAtOrAfter(r0);
+  while (bi < blocks_.size() && blocks_[bi].first < r1) {
     const Block& blk = blocks_[bi];
-    if (blk.first >= r1) break;
-    if (blk.rank == 0) continue;
+    if (blk.rank == 0) {
+      ++bi;
+      continue;
+    }
+    if (blk.first >= r0 && blk.first + blk.n <= r1) {  // whole blocks: one run
+      const size_t be = RunEnd(bi, r1);
+      LowRankRunAddScoresF16(&a_t_[blk.a_off], &b_t_[blk.b_off], be - bi, blk.n, blk.rank, d_, q,
+                             n_q, scores + (blk.first - r0), ld);
+      bi = be;
+      continue;
+    }
     const int64_t s = std::max(r0, blk.first), e = std::min(r1, blk.first + blk.n);
     // scores[i, s..e) += (q[i] . B) A^T[:, s..e)
     LowRankAddScoresF16(&a_t_[blk.a_off + (s - blk.first)], blk.n, &b_t_[blk.b_off], blk.rank,
                         d_, e - s, q, n_q, scores + (s - r0), ld);
+    ++bi;
   }
 }
 
 void LowRankBlocks::AddAccumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld,
                                   float* out) const {
   if (r0 >= r1) return;
-  for (size_t bi = FirstBlockAtOrAfter(r0); bi < blocks_.size(); ++bi) {
+  size_t bi = FirstBlockAtOrAfter(r0);
+  while (bi < blocks_.size() && blocks_[bi].first < r1) {
     const Block& blk = blocks_[bi];
-    if (blk.first >= r1) break;
-    if (blk.rank == 0) continue;
+    if (blk.rank == 0) {
+      ++bi;
+      continue;
+    }
+    if (blk.first >= r0 && blk.first + blk.n <= r1) {  // whole blocks: one run
+      const size_t be = RunEnd(bi, r1);
+      LowRankRunAddAccumulateF16(&a_t_[blk.a_off], &b_t_[blk.b_off], be - bi, blk.n, blk.rank,
+                                 d_, p + (blk.first - r0), n_q, ld, out);
+      bi = be;
+      continue;
+    }
     const int64_t s = std::max(r0, blk.first), e = std::min(r1, blk.first + blk.n);
     // out[i] += (p[i, s..e) . A[s..e)) B^T
     LowRankAddAccumulateF16(&a_t_[blk.a_off + (s - blk.first)], blk.n, &b_t_[blk.b_off],
                             blk.rank, d_, e - s, p + (s - r0), n_q, ld, out);
+    ++bi;
   }
 }
 

@@ -65,6 +65,10 @@ class LowRankBlocks {
   };
   // Index of the first block holding a row >= r.
   size_t FirstBlockAtOrAfter(int64_t r) const;
+  // One past the last block of the run that starts at block bi: the blocks after it with
+  // its n and rank whose factors follow each other's in the arenas and that end by row r1
+  // (the fused kernels take such a run in one call, ops/lowrank_f16.h).
+  size_t RunEnd(size_t bi, int64_t r1) const;
 
   int d_;
   int64_t n_rows_ = 0;

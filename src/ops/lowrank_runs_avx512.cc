@@ -1,0 +1,201 @@
+// AVX-512 kernels of a run of low-rank blocks (ops/lowrank_runs_avx512.h), compiled with a
+// function attribute and chosen at run time, as ops/outlier_cells_avx512.cc's are.
+#include "ops/lowrank_runs_avx512.h"
+
+#include <algorithm>
+
+#include "ops/code_dot.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#include "ops/reduce_avx512.h"
+#define KVPACK_HAVE_LOWRANK_RUN_KERNEL 1
+#define KVPACK_LOWRANK_ATTR __attribute__((target("avx512f,avx512bw,avx512dq")))
+#define KVPACK_LOWRANK_INLINE \
+  __attribute__((target("avx512f,avx512bw,avx512dq"), always_inline)) inline
+#else
+#define KVPACK_HAVE_LOWRANK_RUN_KERNEL 0
+#endif
+
+namespace kvpack {
+
+#if KVPACK_HAVE_LOWRANK_RUN_KERNEL
+// GCC 12's intrinsic headers build some results from `_mm512_undefined_*()`, which
+// -Wuninitialized reports at every inlining site (see ops/code_dot_i16.cc).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace {
+
+constexpr size_t kMaxQ = 4;  // query rows per pass: rank x rows <= 16 projections per block
+// The factors of a run lie one after another (kv/codecs/gear_parts.h's arenas); each group
+// of blocks asks for the lines kPrefetchBytes past its own, as the per-block kernels do.
+constexpr uintptr_t kPrefetchBytes = 4096;
+
+KVPACK_LOWRANK_INLINE __m512 LoadF16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+KVPACK_LOWRANK_INLINE void PrefetchAhead(const uint16_t* p, size_t halves) {
+  const char* ahead = reinterpret_cast<const char*>(p) + kPrefetchBytes;
+  for (size_t off = 0; off < 2 * halves; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+}
+
+// Blocks whose projections share one reduction.
+template <size_t NQ, size_t R>
+constexpr size_t kGroupBlocks = 16 / (NQ * R);
+
+// The projections of blocks [0, g) (g <= kGroupBlocks) of a group, into sums[(j R + k) NQ + i]
+// (the rest of the 16 are zeros):
+//   sums[(j R + k) NQ + i] = sum_{c < len} x[i * ldx + j * x_step + c] * h[(j R + k) len + c]
+// with h the blocks' factor rows (fp16, [g, R, len]). len: a multiple of 16.
+template <size_t NQ, size_t R>
+KVPACK_LOWRANK_INLINE void ProjectBlocks(const uint16_t* h, size_t len, size_t g,
+                                         const float* x, size_t ldx, size_t x_step,
+                                         float* sums) {
+  constexpr size_t kG = kGroupBlocks<NQ, R>;
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int e = 0; e < 16; ++e) acc[e] = _mm512_setzero_ps();
+  for (size_t c = 0; c < len; c += 16) {
+#pragma GCC unroll 16
+    for (size_t j = 0; j < kG; ++j) {
+      if (j >= g) break;
+#pragma GCC unroll 4
+      for (size_t k = 0; k < R; ++k) {
+        const __m512 hv = LoadF16(h + (j * R + k) * len + c);
+#pragma GCC unroll 4
+        for (size_t i = 0; i < NQ; ++i) {
+          const size_t e = (j * R + k) * NQ + i;
+          acc[e] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i * ldx + j * x_step + c), hv, acc[e]);
+        }
+      }
+    }
+  }
+  _mm512_store_ps(sums, ReduceEach16<true>(acc));
+}
+
+// scores[i * ld + j n + t] += sum_k (q_i . B_jk) A_jk[t] for query rows i < NQ, blocks j of
+// the run and t < n.
+template <size_t NQ, size_t R>
+KVPACK_LOWRANK_ATTR void RunScores(const uint16_t* a_t, const uint16_t* b_t, size_t n_blocks,
+                                   size_t n, size_t d, const float* q, float* scores,
+                                   size_t ld) {
+  constexpr size_t kG = kGroupBlocks<NQ, R>;
+  alignas(64) float proj[16];
+  for (size_t j0 = 0; j0 < n_blocks; j0 += kG) {
+    const size_t g = std::min(kG, n_blocks - j0);
+    const uint16_t* a = a_t + j0 * R * n;
+    const uint16_t* b = b_t + j0 * R * d;
+    PrefetchAhead(a, g * R * n);
+    PrefetchAhead(b, g * R * d);
+    ProjectBlocks<NQ, R>(b, d, g, q, d, 0, proj);
+    for (size_t j = 0; j < g; ++j) {
+      const uint16_t* aj = a + j * R * n;
+      float* sj = scores + (j0 + j) * n;
+      for (size_t t = 0; t < n; t += 16) {
+        __m512 av[R];
+#pragma GCC unroll 4
+        for (size_t k = 0; k < R; ++k) av[k] = LoadF16(aj + k * n + t);
+#pragma GCC unroll 4
+        for (size_t i = 0; i < NQ; ++i) {
+          __m512 s = _mm512_loadu_ps(sj + i * ld + t);
+#pragma GCC unroll 4
+          for (size_t k = 0; k < R; ++k) {
+            s = _mm512_fmadd_ps(_mm512_set1_ps(proj[(j * R + k) * NQ + i]), av[k], s);
+          }
+          _mm512_storeu_ps(sj + i * ld + t, s);
+        }
+      }
+    }
+  }
+}
+
+// out[i * d + c] += sum_j sum_k (p_i . A_jk) B_jk[c] for query rows i < NQ, block after block.
+template <size_t NQ, size_t R>
+KVPACK_LOWRANK_ATTR void RunAccumulate(const uint16_t* a_t, const uint16_t* b_t,
+                                       size_t n_blocks, size_t n, size_t d, const float* p,
+                                       size_t ld, float* out) {
+  constexpr size_t kG = kGroupBlocks<NQ, R>;
+  alignas(64) float proj[16];
+  for (size_t j0 = 0; j0 < n_blocks; j0 += kG) {
+    const size_t g = std::min(kG, n_blocks - j0);
+    const uint16_t* a = a_t + j0 * R * n;
+    const uint16_t* b = b_t + j0 * R * d;
+    PrefetchAhead(a, g * R * n);
+    PrefetchAhead(b, g * R * d);
+    ProjectBlocks<NQ, R>(a, n, g, p + j0 * n, ld, n, proj);
+    for (size_t j = 0; j < g; ++j) {
+      const uint16_t* bj = b + j * R * d;
+      for (size_t c = 0; c < d; c += 16) {
+        __m512 bv[R];
+#pragma GCC unroll 4
+        for (size_t k = 0; k < R; ++k) bv[k] = LoadF16(bj + k * d + c);
+#pragma GCC unroll 4
+        for (size_t i = 0; i < NQ; ++i) {
+          __m512 o = _mm512_loadu_ps(out + i * d + c);
+#pragma GCC unroll 4
+          for (size_t k = 0; k < R; ++k) {
+            o = _mm512_fmadd_ps(_mm512_set1_ps(proj[(j * R + k) * NQ + i]), bv[k], o);
+          }
+          _mm512_storeu_ps(out + i * d + c, o);
+        }
+      }
+    }
+  }
+}
+
+// Kernel<NQ, R> for (query rows, rank), both in [1, 4].
+#define KVPACK_LOWRANK_TABLE(Kernel)                                                 \
+  {{&Kernel<1, 1>, &Kernel<1, 2>, &Kernel<1, 3>, &Kernel<1, 4>},                     \
+   {&Kernel<2, 1>, &Kernel<2, 2>, &Kernel<2, 3>, &Kernel<2, 4>},                     \
+   {&Kernel<3, 1>, &Kernel<3, 2>, &Kernel<3, 3>, &Kernel<3, 4>},                     \
+   {&Kernel<4, 1>, &Kernel<4, 2>, &Kernel<4, 3>, &Kernel<4, 4>}}
+constexpr decltype(&RunScores<1, 1>) kScores[kMaxQ][kLowRankRunMaxRank] =
+    KVPACK_LOWRANK_TABLE(RunScores);
+constexpr decltype(&RunAccumulate<1, 1>) kAccumulate[kMaxQ][kLowRankRunMaxRank] =
+    KVPACK_LOWRANK_TABLE(RunAccumulate);
+#undef KVPACK_LOWRANK_TABLE
+
+}  // namespace
+
+bool LowRankRunKernelAvailable(size_t rank, size_t d, size_t n) {
+  static const bool cpu = __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512dq");
+  return rank >= 1 && rank <= kLowRankRunMaxRank && d > 0 && d % 16 == 0 && n > 0 &&
+         n % 16 == 0 && cpu && CodeKernelsUseAvx512();
+}
+
+void LowRankRunAddScoresAvx512(const uint16_t* a_t, const uint16_t* b_t, size_t n_blocks,
+                               size_t n, size_t rank, size_t d, const float* q, size_t n_q,
+                               float* scores, size_t ld) {
+  for (size_t i0 = 0; i0 < n_q; i0 += kMaxQ) {
+    const size_t nq = std::min(kMaxQ, n_q - i0);
+    kScores[nq - 1][rank - 1](a_t, b_t, n_blocks, n, d, q + i0 * d, scores + i0 * ld, ld);
+  }
+}
+
+void LowRankRunAddAccumulateAvx512(const uint16_t* a_t, const uint16_t* b_t, size_t n_blocks,
+                                   size_t n, size_t rank, size_t d, const float* p, size_t n_q,
+                                   size_t ld, float* out) {
+  for (size_t i0 = 0; i0 < n_q; i0 += kMaxQ) {
+    const size_t nq = std::min(kMaxQ, n_q - i0);
+    kAccumulate[nq - 1][rank - 1](a_t, b_t, n_blocks, n, d, p + i0 * ld, ld, out + i0 * d);
+  }
+}
+
+#pragma GCC diagnostic pop
+#else  // !KVPACK_HAVE_LOWRANK_RUN_KERNEL
+
+bool LowRankRunKernelAvailable(size_t, size_t, size_t) { return false; }
+void LowRankRunAddScoresAvx512(const uint16_t*, const uint16_t*, size_t, size_t, size_t, size_t,
+                               const float*, size_t, float*, size_t) {}
+void LowRankRunAddAccumulateAvx512(const uint16_t*, const uint16_t*, size_t, size_t, size_t,
+                                   size_t, const float*, size_t, size_t, float*) {}
+
+#endif  // KVPACK_HAVE_LOWRANK_RUN_KERNEL
+
+}  // namespace kvpack
