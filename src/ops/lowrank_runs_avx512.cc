@@ -77,6 +77,28 @@ KVPACK_LOWRANK_INLINE void ProjectBlocks(const uint16_t* h, size_t len, size_t g
   _mm512_store_ps(sums, ReduceEach16<true>(acc));
 }
 
+// y[i * ldy + c] += sum_k proj[k * NQ + i] * h[k * len + c] for query rows i < NQ and
+// c < len (a multiple of 16): one block's rank terms along its tokens (scores, h = A^T) or its
+// channels (out, h = B^T), added rank by rank as the per-block kernels add them.
+template <size_t NQ, size_t R>
+KVPACK_LOWRANK_INLINE void AddRankTerms(const float* proj, const uint16_t* h, size_t len,
+                                        float* y, size_t ldy) {
+  for (size_t c = 0; c < len; c += 16) {
+    __m512 hv[R];
+#pragma GCC unroll 4
+    for (size_t k = 0; k < R; ++k) hv[k] = LoadF16(h + k * len + c);
+#pragma GCC unroll 4
+    for (size_t i = 0; i < NQ; ++i) {
+      __m512 acc = _mm512_loadu_ps(y + i * ldy + c);
+#pragma GCC unroll 4
+      for (size_t k = 0; k < R; ++k) {
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(proj[k * NQ + i]), hv[k], acc);
+      }
+      _mm512_storeu_ps(y + i * ldy + c, acc);
+    }
+  }
+}
+
 // scores[i * ld + j n + t] += sum_k (q_i . B_jk) A_jk[t] for query rows i < NQ, blocks j of
 // the run and t < n.
 template <size_t NQ, size_t R>
@@ -93,22 +115,7 @@ KVPACK_LOWRANK_ATTR void RunScores(const uint16_t* a_t, const uint16_t* b_t, siz
     PrefetchAhead(b, g * R * d);
     ProjectBlocks<NQ, R>(b, d, g, q, d, 0, proj);
     for (size_t j = 0; j < g; ++j) {
-      const uint16_t* aj = a + j * R * n;
-      float* sj = scores + (j0 + j) * n;
-      for (size_t t = 0; t < n; t += 16) {
-        __m512 av[R];
-#pragma GCC unroll 4
-        for (size_t k = 0; k < R; ++k) av[k] = LoadF16(aj + k * n + t);
-#pragma GCC unroll 4
-        for (size_t i = 0; i < NQ; ++i) {
-          __m512 s = _mm512_loadu_ps(sj + i * ld + t);
-#pragma GCC unroll 4
-          for (size_t k = 0; k < R; ++k) {
-            s = _mm512_fmadd_ps(_mm512_set1_ps(proj[(j * R + k) * NQ + i]), av[k], s);
-          }
-          _mm512_storeu_ps(sj + i * ld + t, s);
-        }
-      }
+      AddRankTerms<NQ, R>(proj + j * R * NQ, a + j * R * n, n, scores + (j0 + j) * n, ld);
     }
   }
 }
@@ -128,21 +135,7 @@ KVPACK_LOWRANK_ATTR void RunAccumulate(const uint16_t* a_t, const uint16_t* b_t,
     PrefetchAhead(b, g * R * d);
     ProjectBlocks<NQ, R>(a, n, g, p + j0 * n, ld, n, proj);
     for (size_t j = 0; j < g; ++j) {
-      const uint16_t* bj = b + j * R * d;
-      for (size_t c = 0; c < d; c += 16) {
-        __m512 bv[R];
-#pragma GCC unroll 4
-        for (size_t k = 0; k < R; ++k) bv[k] = LoadF16(bj + k * d + c);
-#pragma GCC unroll 4
-        for (size_t i = 0; i < NQ; ++i) {
-          __m512 o = _mm512_loadu_ps(out + i * d + c);
-#pragma GCC unroll 4
-          for (size_t k = 0; k < R; ++k) {
-            o = _mm512_fmadd_ps(_mm512_set1_ps(proj[(j * R + k) * NQ + i]), bv[k], o);
-          }
-          _mm512_storeu_ps(out + i * d + c, o);
-        }
-      }
+      AddRankTerms<NQ, R>(proj + j * R * NQ, b + j * R * d, d, out, d);
     }
   }
 }
