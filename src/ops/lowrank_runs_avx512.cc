@@ -99,12 +99,13 @@ KVPACK_LOWRANK_INLINE void AddRankTerms(const float* proj, const uint16_t* h, si
   }
 }
 
-// scores[i * ld + j n + t] += sum_k (q_i . B_jk) A_jk[t] for query rows i < NQ, blocks j of
-// the run and t < n.
-template <size_t NQ, size_t R>
-KVPACK_LOWRANK_ATTR void RunScores(const uint16_t* a_t, const uint16_t* b_t, size_t n_blocks,
-                                   size_t n, size_t d, const float* q, float* scores,
-                                   size_t ld) {
+// One pass over a run for query rows i < NQ, kGroupBlocks blocks at a time:
+//   keys (kValues false): scores[i * ld + j n + t] += sum_k (q_i . B_jk) A_jk[t], t < n;
+//   values (true): out[i * d + c] += sum_j sum_k (p_i . A_jk) B_jk[c], block after block.
+// x: q [NQ, d] or p [NQ, ld]; y: scores [NQ, ld] or out [NQ, d].
+template <size_t NQ, size_t R, bool kValues>
+KVPACK_LOWRANK_ATTR void RunBlocks(const uint16_t* a_t, const uint16_t* b_t, size_t n_blocks,
+                                   size_t n, size_t d, const float* x, float* y, size_t ld) {
   constexpr size_t kG = kGroupBlocks<NQ, R>;
   alignas(64) float proj[16];
   for (size_t j0 = 0; j0 < n_blocks; j0 += kG) {
@@ -113,44 +114,30 @@ KVPACK_LOWRANK_ATTR void RunScores(const uint16_t* a_t, const uint16_t* b_t, siz
     const uint16_t* b = b_t + j0 * R * d;
     PrefetchAhead(a, g * R * n);
     PrefetchAhead(b, g * R * d);
-    ProjectBlocks<NQ, R>(b, d, g, q, d, 0, proj);
-    for (size_t j = 0; j < g; ++j) {
-      AddRankTerms<NQ, R>(proj + j * R * NQ, a + j * R * n, n, scores + (j0 + j) * n, ld);
+    if constexpr (kValues) {
+      ProjectBlocks<NQ, R>(a, n, g, x + j0 * n, ld, n, proj);
+      for (size_t j = 0; j < g; ++j) {
+        AddRankTerms<NQ, R>(proj + j * R * NQ, b + j * R * d, d, y, d);
+      }
+    } else {
+      ProjectBlocks<NQ, R>(b, d, g, x, d, 0, proj);
+      for (size_t j = 0; j < g; ++j) {
+        AddRankTerms<NQ, R>(proj + j * R * NQ, a + j * R * n, n, y + (j0 + j) * n, ld);
+      }
     }
   }
 }
 
-// out[i * d + c] += sum_j sum_k (p_i . A_jk) B_jk[c] for query rows i < NQ, block after block.
-template <size_t NQ, size_t R>
-KVPACK_LOWRANK_ATTR void RunAccumulate(const uint16_t* a_t, const uint16_t* b_t,
-                                       size_t n_blocks, size_t n, size_t d, const float* p,
-                                       size_t ld, float* out) {
-  constexpr size_t kG = kGroupBlocks<NQ, R>;
-  alignas(64) float proj[16];
-  for (size_t j0 = 0; j0 < n_blocks; j0 += kG) {
-    const size_t g = std::min(kG, n_blocks - j0);
-    const uint16_t* a = a_t + j0 * R * n;
-    const uint16_t* b = b_t + j0 * R * d;
-    PrefetchAhead(a, g * R * n);
-    PrefetchAhead(b, g * R * d);
-    ProjectBlocks<NQ, R>(a, n, g, p + j0 * n, ld, n, proj);
-    for (size_t j = 0; j < g; ++j) {
-      AddRankTerms<NQ, R>(proj + j * R * NQ, b + j * R * d, d, out, d);
-    }
-  }
-}
-
-// Kernel<NQ, R> for (query rows, rank), both in [1, 4].
-#define KVPACK_LOWRANK_TABLE(Kernel)                                                 \
-  {{&Kernel<1, 1>, &Kernel<1, 2>, &Kernel<1, 3>, &Kernel<1, 4>},                     \
-   {&Kernel<2, 1>, &Kernel<2, 2>, &Kernel<2, 3>, &Kernel<2, 4>},                     \
-   {&Kernel<3, 1>, &Kernel<3, 2>, &Kernel<3, 3>, &Kernel<3, 4>},                     \
-   {&Kernel<4, 1>, &Kernel<4, 2>, &Kernel<4, 3>, &Kernel<4, 4>}}
-constexpr decltype(&RunScores<1, 1>) kScores[kMaxQ][kLowRankRunMaxRank] =
-    KVPACK_LOWRANK_TABLE(RunScores);
-constexpr decltype(&RunAccumulate<1, 1>) kAccumulate[kMaxQ][kLowRankRunMaxRank] =
-    KVPACK_LOWRANK_TABLE(RunAccumulate);
+// RunBlocks<NQ, R, kValues> by [kValues][NQ - 1][R - 1], NQ and R in [1, 4].
+#define KVPACK_LOWRANK_ROW(nq, v) \
+  {&RunBlocks<nq, 1, v>, &RunBlocks<nq, 2, v>, &RunBlocks<nq, 3, v>, &RunBlocks<nq, 4, v>}
+#define KVPACK_LOWRANK_TABLE(v)                                                    \
+  {KVPACK_LOWRANK_ROW(1, v), KVPACK_LOWRANK_ROW(2, v), KVPACK_LOWRANK_ROW(3, v), \
+   KVPACK_LOWRANK_ROW(4, v)}
+constexpr decltype(&RunBlocks<1, 1, false>) kRunBlocks[2][kMaxQ][kLowRankRunMaxRank] = {
+    KVPACK_LOWRANK_TABLE(false), KVPACK_LOWRANK_TABLE(true)};
 #undef KVPACK_LOWRANK_TABLE
+#undef KVPACK_LOWRANK_ROW
 
 }  // namespace
 
@@ -167,7 +154,8 @@ void LowRankRunAddScoresAvx512(const uint16_t* a_t, const uint16_t* b_t, size_t 
                                float* scores, size_t ld) {
   for (size_t i0 = 0; i0 < n_q; i0 += kMaxQ) {
     const size_t nq = std::min(kMaxQ, n_q - i0);
-    kScores[nq - 1][rank - 1](a_t, b_t, n_blocks, n, d, q + i0 * d, scores + i0 * ld, ld);
+    kRunBlocks[0][nq - 1][rank - 1](a_t, b_t, n_blocks, n, d, q + i0 * d, scores + i0 * ld,
+                                    ld);
   }
 }
 
@@ -176,7 +164,7 @@ void LowRankRunAddAccumulateAvx512(const uint16_t* a_t, const uint16_t* b_t, siz
                                    size_t ld, float* out) {
   for (size_t i0 = 0; i0 < n_q; i0 += kMaxQ) {
     const size_t nq = std::min(kMaxQ, n_q - i0);
-    kAccumulate[nq - 1][rank - 1](a_t, b_t, n_blocks, n, d, p + i0 * ld, ld, out + i0 * d);
+    kRunBlocks[1][nq - 1][rank - 1](a_t, b_t, n_blocks, n, d, p + i0 * ld, out + i0 * d, ld);
   }
 }
 

@@ -74,54 +74,54 @@ size_t LowRankBlocks::RunEnd(size_t bi, int64_t r1) const {
   return be;
 }
 
-void LowRankBlocks::AddScores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
-                              int64_t ld) const {
+template <typename WholeRun, typename PartBlock>
+void LowRankBlocks::ForEachPiece(int64_t r0, int64_t r1, WholeRun whole_run,
+                                 PartBlock part_block) const {
   if (r0 >= r1) return;
   size_t bi = FirstBlockAtOrAfter(r0);
   while (bi < blocks_.size() && blocks_[bi].first < r1) {
     const Block& blk = blocks_[bi];
     if (blk.rank == 0) {
       ++bi;
-      continue;
-    }
-    if (blk.first >= r0 && blk.first + blk.n <= r1) {  // whole blocks: one run
+    } else if (blk.first >= r0 && blk.first + blk.n <= r1) {
       const size_t be = RunEnd(bi, r1);
-      LowRankRunAddScoresF16(&a_t_[blk.a_off], &b_t_[blk.b_off], be - bi, blk.n, blk.rank, d_, q,
-                             n_q, scores + (blk.first - r0), ld);
+      whole_run(blk, be - bi);
       bi = be;
-      continue;
+    } else {
+      part_block(blk, std::max(r0, blk.first), std::min(r1, blk.first + blk.n));
+      ++bi;
     }
-    const int64_t s = std::max(r0, blk.first), e = std::min(r1, blk.first + blk.n);
-    // scores[i, s..e) += (q[i] . B) A^T[:, s..e)
-    LowRankAddScoresF16(&a_t_[blk.a_off + (s - blk.first)], blk.n, &b_t_[blk.b_off], blk.rank,
-                        d_, e - s, q, n_q, scores + (s - r0), ld);
-    ++bi;
   }
+}
+
+void LowRankBlocks::AddScores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
+                              int64_t ld) const {
+  ForEachPiece(
+      r0, r1,
+      [&](const Block& blk, size_t n_blocks) {
+        LowRankRunAddScoresF16(&a_t_[blk.a_off], &b_t_[blk.b_off], n_blocks, blk.n, blk.rank,
+                               d_, q, n_q, scores + (blk.first - r0), ld);
+      },
+      [&](const Block& blk, int64_t s, int64_t e) {
+        // scores[i, s..e) += (q[i] . B) A^T[:, s..e)
+        LowRankAddScoresF16(&a_t_[blk.a_off + (s - blk.first)], blk.n, &b_t_[blk.b_off],
+                            blk.rank, d_, e - s, q, n_q, scores + (s - r0), ld);
+      });
 }
 
 void LowRankBlocks::AddAccumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld,
                                   float* out) const {
-  if (r0 >= r1) return;
-  size_t bi = FirstBlockAtOrAfter(r0);
-  while (bi < blocks_.size() && blocks_[bi].first < r1) {
-    const Block& blk = blocks_[bi];
-    if (blk.rank == 0) {
-      ++bi;
-      continue;
-    }
-    if (blk.first >= r0 && blk.first + blk.n <= r1) {  // whole blocks: one run
-      const size_t be = RunEnd(bi, r1);
-      LowRankRunAddAccumulateF16(&a_t_[blk.a_off], &b_t_[blk.b_off], be - bi, blk.n, blk.rank,
-                                 d_, p + (blk.first - r0), n_q, ld, out);
-      bi = be;
-      continue;
-    }
-    const int64_t s = std::max(r0, blk.first), e = std::min(r1, blk.first + blk.n);
-    // out[i] += (p[i, s..e) . A[s..e)) B^T
-    LowRankAddAccumulateF16(&a_t_[blk.a_off + (s - blk.first)], blk.n, &b_t_[blk.b_off],
-                            blk.rank, d_, e - s, p + (s - r0), n_q, ld, out);
-    ++bi;
-  }
+  ForEachPiece(
+      r0, r1,
+      [&](const Block& blk, size_t n_blocks) {
+        LowRankRunAddAccumulateF16(&a_t_[blk.a_off], &b_t_[blk.b_off], n_blocks, blk.n,
+                                   blk.rank, d_, p + (blk.first - r0), n_q, ld, out);
+      },
+      [&](const Block& blk, int64_t s, int64_t e) {
+        // out[i] += (p[i, s..e) . A[s..e)) B^T
+        LowRankAddAccumulateF16(&a_t_[blk.a_off + (s - blk.first)], blk.n, &b_t_[blk.b_off],
+                                blk.rank, d_, e - s, p + (s - r0), n_q, ld, out);
+      });
 }
 
 void LowRankBlocks::Keep(std::span<const int64_t> keep) {

@@ -69,6 +69,11 @@ class LowRankBlocks {
   // its n and rank whose factors follow each other's in the arenas and that end by row r1
   // (the fused kernels take such a run in one call, ops/lowrank_f16.h).
   size_t RunEnd(size_t bi, int64_t r1) const;
+  // The blocks of rank > 0 that rows [r0, r1) touch, in order: whole_run(first block,
+  // n_blocks) for each run of whole blocks (RunEnd), part_block(block, s, e) for a block of
+  // which only rows [s, e) are in the range.
+  template <typename WholeRun, typename PartBlock>
+  void ForEachPiece(int64_t r0, int64_t r1, WholeRun whole_run, PartBlock part_block) const;
 
   int d_;
   int64_t n_rows_ = 0;
