@@ -742,3 +742,81 @@ TEST(GearSparsePartTest, NoCellsUntilABlockMayHoldOutliers) {
 
 }  // namespace
 }  // namespace kvpack
+
+namespace kvpack {
+namespace {
+
+// The low-rank part over every kind of row range: runs of whole blocks (the fused run
+// kernels, lengths a multiple of 16), blocks cut by the range, rank-0 blocks that break a
+// run, and blocks whose length or rank differs, before and after eviction (which relays the
+// factors, so blocks on either side of a freed one become one run). Small integers in A, B,
+// q and p keep every sum exact, so the products must equal those of the decoded L exactly.
+TEST(GearLowRankPartTest, RowRangesMatchTheDecodedFactorsAcrossRuns) {
+  constexpr int d = 32;
+  std::mt19937 rng(5);
+  LowRankBlocks lr(d);
+  const std::pair<int64_t, int> blocks[] = {{200, 4}, {64, 2}, {64, 2}, {64, 2}, {64, 0},
+                                            {64, 2},  {64, 2}, {32, 2}, {64, 2}, {64, 2},
+                                            {48, 3},  {48, 3}, {5, 1}};
+  for (const auto& [n, rank] : blocks) {
+    std::vector<uint16_t> a(n * rank), b(d * rank);
+    for (auto& x : a) x = Fp32ToFp16(static_cast<float>(static_cast<int>(rng() % 7) - 3));
+    for (auto& x : b) x = Fp32ToFp16(static_cast<float>(static_cast<int>(rng() % 7) - 3));
+    lr.AppendBlock(a.data(), b.data(), n, rank);
+  }
+  constexpr int n_q = 3;
+  std::vector<float> q(n_q * d);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(static_cast<int>(i % 7) - 3);
+  auto check = [&](const char* when) {
+    const int64_t rows = lr.n_rows();
+    std::vector<float> all(rows * d, 0.0f);
+    lr.AddDecode(0, rows, all.data());
+    for (int64_t r0 : {int64_t{0}, int64_t{1}, int64_t{200}, int64_t{263}, int64_t{264},
+                       int64_t{392}, rows / 2}) {
+      for (int64_t len : {1, 16, 64, 100, 128, 1024, 5000}) {
+        const int64_t r1 = std::min(rows, r0 + len), n = r1 - r0;
+        if (n <= 0) continue;
+        std::vector<float> p(n_q * n);
+        for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<float>(static_cast<int>(i % 5) - 2);
+        std::vector<float> got_s(n_q * n, 1.0f), want_s = got_s;
+        std::vector<float> got_o(n_q * d, 2.0f), want_o = got_o;
+        lr.AddScores(r0, r1, q.data(), n_q, got_s.data(), n);
+        lr.AddAccumulate(r0, r1, p.data(), n_q, n, got_o.data());
+        for (int64_t r = r0; r < r1; ++r) {
+          for (int i = 0; i < n_q; ++i) {
+            for (int c = 0; c < d; ++c) {
+              want_s[i * n + r - r0] += q[i * d + c] * all[r * d + c];
+              want_o[i * d + c] += p[i * n + r - r0] * all[r * d + c];
+            }
+          }
+        }
+        ASSERT_EQ(got_s, want_s) << when << ": scores, rows [" << r0 << ", " << r1 << ")";
+        ASSERT_EQ(got_o, want_o) << when << ": accumulate, rows [" << r0 << ", " << r1 << ")";
+      }
+    }
+    MemoryUsage m;
+    lr.AddMemory(m);
+    EXPECT_EQ(m.other_bytes, lr.n_blocks() * LowRankBlocks::kBlockTableBytes);
+  };
+  check("appended");
+  // Free the rank-0 block, rows [392, 456), whole: the rank-2 blocks on either side of it
+  // become one run.
+  std::vector<int64_t> keep;
+  for (int64_t r = 0; r < lr.n_rows(); ++r) {
+    if (r < 392 || r >= 456) keep.push_back(r);
+  }
+  const int64_t blocks_before = lr.n_blocks();
+  lr.Keep(keep);
+  ASSERT_EQ(lr.n_blocks(), blocks_before - 1);
+  check("one block freed");
+  // Every third row: blocks shrink to lengths that are not multiples of 16.
+  keep.clear();
+  for (int64_t r = 0; r < lr.n_rows(); ++r) {
+    if (r % 3) keep.push_back(r);
+  }
+  lr.Keep(keep);
+  check("every third row evicted");
+}
+
+}  // namespace
+}  // namespace kvpack

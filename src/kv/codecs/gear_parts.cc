@@ -32,7 +32,23 @@ void LowRankBlocks::AppendBlock(const uint16_t* a_t, const uint16_t* b_t, int64_
     std::memcpy(&b_t_[blk.b_off], b_t, nb * sizeof(uint16_t));
   }
   blocks_.push_back(blk);
+  ExtendRuns(blocks_.size() - 1);
   n_rows_ += n;
+}
+
+void LowRankBlocks::ExtendRuns(size_t bi) {
+  const Block& blk = blocks_[bi];
+  if (!runs_.empty()) {
+    Run& run = runs_.back();
+    const size_t count = run.block1 - run.block0;
+    if (blk.n == run.n && blk.rank == run.rank &&
+        blk.a_off == run.a_off + count * run.n * run.rank &&
+        blk.b_off == run.b_off + count * static_cast<size_t>(d_) * run.rank) {
+      run.block1 = bi + 1;
+      return;
+    }
+  }
+  runs_.push_back({blk.first, blk.n, blk.rank, blk.a_off, blk.b_off, bi, bi + 1});
 }
 
 size_t LowRankBlocks::FirstBlockAtOrAfter(int64_t r) const {
@@ -58,39 +74,31 @@ void LowRankBlocks::AddDecode(int64_t r0, int64_t r1, float* out) const {
   }
 }
 
-size_t LowRankBlocks::RunEnd(size_t bi, int64_t r1) const {
-  const Block& first = blocks_[bi];
-  size_t be = bi + 1;
-  for (; be < blocks_.size(); ++be) {
-    const Block& prev = blocks_[be - 1];
-    const Block& blk = blocks_[be];
-    const size_t na = static_cast<size_t>(prev.n) * prev.rank;
-    const size_t nb = static_cast<size_t>(d_) * prev.rank;
-    if (blk.n != first.n || blk.rank != first.rank || blk.first + blk.n > r1 ||
-        blk.a_off != prev.a_off + na || blk.b_off != prev.b_off + nb) {
-      break;
-    }
-  }
-  return be;
-}
-
 template <typename WholeRun, typename PartBlock>
 void LowRankBlocks::ForEachPiece(int64_t r0, int64_t r1, WholeRun whole_run,
                                  PartBlock part_block) const {
   if (r0 >= r1) return;
-  size_t bi = FirstBlockAtOrAfter(r0);
-  while (bi < blocks_.size() && blocks_[bi].first < r1) {
-    const Block& blk = blocks_[bi];
-    if (blk.rank == 0) {
-      ++bi;
-    } else if (blk.first >= r0 && blk.first + blk.n <= r1) {
-      const size_t be = RunEnd(bi, r1);
-      whole_run(blk, be - bi);
-      bi = be;
-    } else {
-      part_block(blk, std::max(r0, blk.first), std::min(r1, blk.first + blk.n));
-      ++bi;
+  // The run holding r0: the last one that starts at or before it.
+  auto it = std::upper_bound(runs_.begin(), runs_.end(), r0,
+                             [](int64_t row, const Run& run) { return row < run.first; });
+  for (size_t ri = it == runs_.begin() ? 0 : (it - runs_.begin()) - 1;
+       ri < runs_.size() && runs_[ri].first < r1; ++ri) {
+    const Run& run = runs_[ri];
+    const int64_t end = run.first + static_cast<int64_t>(run.block1 - run.block0) * run.n;
+    const int64_t s = std::max(r0, run.first), e = std::min(r1, end);
+    if (run.rank == 0 || s >= e) continue;
+    // Block js holds row s; whole blocks are [ja, jb); block jb may hold the rows up to e.
+    const size_t js = static_cast<size_t>((s - run.first) / run.n);
+    size_t ja = js;
+    if (s > run.first + static_cast<int64_t>(js) * run.n) {  // s inside block js
+      const Block blk = run.BlockAt(js, d_);
+      part_block(blk, s, std::min(e, blk.first + blk.n));
+      ja = js + 1;
     }
+    const size_t jb = static_cast<size_t>((e - run.first) / run.n);
+    if (jb > ja) whole_run(run.BlockAt(ja, d_), jb - ja);
+    const int64_t jb_first = run.first + static_cast<int64_t>(jb) * run.n;
+    if (jb >= ja && e > jb_first) part_block(run.BlockAt(jb, d_), jb_first, e);
   }
 }
 
@@ -155,6 +163,8 @@ void LowRankBlocks::Keep(std::span<const int64_t> keep) {
   a_t_ = std::move(a_t);
   b_t_ = std::move(b_t);
   blocks_ = std::move(kept_blocks);
+  runs_.clear();
+  for (size_t bi = 0; bi < blocks_.size(); ++bi) ExtendRuns(bi);
   n_rows_ = next_row;
 }
 
