@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -636,6 +637,22 @@ TEST(GearAttentionTest, FusedAttentionMatchesAttentionOverDecode) {
 namespace kvpack {
 namespace {
 
+// Calls fn(r0, r1, p) for each non-empty range [r0, min(rows, r0 + len)) of the given starts
+// and lengths, with small integer weights p [n_q, r1 - r0] (the products stay exact).
+template <typename Fn>
+void ForEachRowRange(std::initializer_list<int64_t> starts, std::initializer_list<int64_t> lens,
+                     int64_t rows, int n_q, Fn fn) {
+  for (int64_t r0 : starts) {
+    for (int64_t len : lens) {
+      const int64_t r1 = std::min(rows, r0 + len), n = r1 - r0;
+      if (n <= 0) continue;
+      std::vector<float> p(n_q * n);
+      for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<float>(static_cast<int>(i % 5) - 2);
+      fn(r0, r1, p);
+    }
+  }
+}
+
 // The outlier cells, in both layouts: every row range [r0, r1), aligned to the slices or
 // not, before and after eviction, sees exactly the entries of its rows in both products and
 // in decode (brute force over a plain list; small integers keep every sum exact). Blocks of
@@ -670,31 +687,27 @@ TEST(GearSparsePartTest, RowRangesSeeExactlyTheirEntries) {
     std::vector<float> q(n_q * d);
     for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(static_cast<int>(i % 7) - 3);
     auto check = [&](const std::vector<Entry>& entries, int64_t rows) {
-      for (int64_t r0 : {int64_t{0}, int64_t{1}, int64_t{15}, int64_t{64}, int64_t{100}, rows / 2}) {
-        for (int64_t len : {1, 5, 64, 128, 300, 2000}) {
-          const int64_t r1 = std::min(rows, r0 + len), n = r1 - r0;
-          if (n <= 0) continue;
-          std::vector<float> p(n_q * n);
-          for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<float>(static_cast<int>(i % 5) - 2);
-          std::vector<float> got_s(n_q * n, 1.0f), want_s = got_s;
-          std::vector<float> got_o(n_q * d, 2.0f), want_o = got_o;
-          std::vector<float> got_x(n * d, 0.0f), want_x = got_x;
-          s.AddScores(r0, r1, q.data(), n_q, got_s.data(), n);
-          s.AddAccumulate(r0, r1, p.data(), n_q, n, got_o.data());
-          s.AddDecode(r0, r1, got_x.data());
-          for (const Entry& e : entries) {
-            if (e.row < r0 || e.row >= r1) continue;
-            for (int i = 0; i < n_q; ++i) {
-              want_s[i * n + e.row - r0] += q[i * d + e.ch] * e.v;
-              want_o[i * d + e.ch] += p[i * n + e.row - r0] * e.v;
-            }
-            want_x[(e.row - r0) * d + e.ch] += e.v;
-          }
-          ASSERT_EQ(got_s, want_s) << "scores, rows [" << r0 << ", " << r1 << ")";
-          ASSERT_EQ(got_o, want_o) << "accumulate, rows [" << r0 << ", " << r1 << ")";
-          ASSERT_EQ(got_x, want_x) << "decode, rows [" << r0 << ", " << r1 << ")";
-        }
-      }
+      ForEachRowRange({0, 1, 15, 64, 100, rows / 2}, {1, 5, 64, 128, 300, 2000}, rows, n_q,
+                      [&](int64_t r0, int64_t r1, const std::vector<float>& p) {
+                        const int64_t n = r1 - r0;
+                        std::vector<float> got_s(n_q * n, 1.0f), want_s = got_s;
+                        std::vector<float> got_o(n_q * d, 2.0f), want_o = got_o;
+                        std::vector<float> got_x(n * d, 0.0f), want_x = got_x;
+                        s.AddScores(r0, r1, q.data(), n_q, got_s.data(), n);
+                        s.AddAccumulate(r0, r1, p.data(), n_q, n, got_o.data());
+                        s.AddDecode(r0, r1, got_x.data());
+                        for (const Entry& e : entries) {
+                          if (e.row < r0 || e.row >= r1) continue;
+                          for (int i = 0; i < n_q; ++i) {
+                            want_s[i * n + e.row - r0] += q[i * d + e.ch] * e.v;
+                            want_o[i * d + e.ch] += p[i * n + e.row - r0] * e.v;
+                          }
+                          want_x[(e.row - r0) * d + e.ch] += e.v;
+                        }
+                        ASSERT_EQ(got_s, want_s) << "scores, rows [" << r0 << ", " << r1 << ")";
+                        ASSERT_EQ(got_o, want_o) << "accumulate, rows [" << r0 << ", " << r1 << ")";
+                        ASSERT_EQ(got_x, want_x) << "decode, rows [" << r0 << ", " << r1 << ")";
+                      });
     };
     check(all, n_rows);
     // Evict every third row; survivors are renumbered.
@@ -704,7 +717,9 @@ TEST(GearSparsePartTest, RowRangesSeeExactlyTheirEntries) {
     }
     std::vector<Entry> kept;
     for (const Entry& e : all) {
-      if (e.row % 3) kept.push_back({static_cast<int64_t>(std::lower_bound(keep.begin(), keep.end(), e.row) - keep.begin()), e.ch, e.v});
+      if (e.row % 3 == 0) continue;
+      const auto renumbered = std::lower_bound(keep.begin(), keep.end(), e.row) - keep.begin();
+      kept.push_back({static_cast<int64_t>(renumbered), e.ch, e.v});
     }
     const size_t index_before = s.index_bytes();
     s.Keep(keep);
@@ -771,29 +786,25 @@ TEST(GearLowRankPartTest, RowRangesMatchTheDecodedFactorsAcrossRuns) {
     const int64_t rows = lr.n_rows();
     std::vector<float> all(rows * d, 0.0f);
     lr.AddDecode(0, rows, all.data());
-    for (int64_t r0 : {int64_t{0}, int64_t{1}, int64_t{200}, int64_t{263}, int64_t{264},
-                       int64_t{392}, rows / 2}) {
-      for (int64_t len : {1, 16, 64, 100, 128, 1024, 5000}) {
-        const int64_t r1 = std::min(rows, r0 + len), n = r1 - r0;
-        if (n <= 0) continue;
-        std::vector<float> p(n_q * n);
-        for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<float>(static_cast<int>(i % 5) - 2);
-        std::vector<float> got_s(n_q * n, 1.0f), want_s = got_s;
-        std::vector<float> got_o(n_q * d, 2.0f), want_o = got_o;
-        lr.AddScores(r0, r1, q.data(), n_q, got_s.data(), n);
-        lr.AddAccumulate(r0, r1, p.data(), n_q, n, got_o.data());
-        for (int64_t r = r0; r < r1; ++r) {
-          for (int i = 0; i < n_q; ++i) {
-            for (int c = 0; c < d; ++c) {
-              want_s[i * n + r - r0] += q[i * d + c] * all[r * d + c];
-              want_o[i * d + c] += p[i * n + r - r0] * all[r * d + c];
+    ForEachRowRange(
+        {0, 1, 200, 263, 264, 392, rows / 2}, {1, 16, 64, 100, 128, 1024, 5000}, rows, n_q,
+        [&](int64_t r0, int64_t r1, const std::vector<float>& p) {
+          const int64_t n = r1 - r0;
+          std::vector<float> got_s(n_q * n, 1.0f), want_s = got_s;
+          std::vector<float> got_o(n_q * d, 2.0f), want_o = got_o;
+          lr.AddScores(r0, r1, q.data(), n_q, got_s.data(), n);
+          lr.AddAccumulate(r0, r1, p.data(), n_q, n, got_o.data());
+          for (int64_t r = r0; r < r1; ++r) {
+            for (int i = 0; i < n_q; ++i) {
+              for (int c = 0; c < d; ++c) {
+                want_s[i * n + r - r0] += q[i * d + c] * all[r * d + c];
+                want_o[i * d + c] += p[i * n + r - r0] * all[r * d + c];
+              }
             }
           }
-        }
-        ASSERT_EQ(got_s, want_s) << when << ": scores, rows [" << r0 << ", " << r1 << ")";
-        ASSERT_EQ(got_o, want_o) << when << ": accumulate, rows [" << r0 << ", " << r1 << ")";
-      }
-    }
+          ASSERT_EQ(got_s, want_s) << when << ": scores, rows [" << r0 << ", " << r1 << ")";
+          ASSERT_EQ(got_o, want_o) << when << ": accumulate, rows [" << r0 << ", " << r1 << ")";
+        });
     MemoryUsage m;
     lr.AddMemory(m);
     EXPECT_EQ(m.other_bytes, lr.n_blocks() * LowRankBlocks::kBlockTableBytes);
