@@ -52,6 +52,19 @@ constexpr size_t kMaxQ = 3;        // query rows per pass: 3 x 4 accumulators in
 constexpr size_t kMaxGroups = 4;
 constexpr uintptr_t kPrefetchBytes = 4096;  // as the other streaming kernels (code_dot_i16.cc)
 
+// The rows' (scale, min) pairs stream from memory as their codes do: a tile asks for the
+// lines of the rows kParamPrefetchRows ahead (4 n_groups bytes a row; the code loops ask for
+// kPrefetchBytes ahead, 256 rows of 16 bytes). Without it, the parameter loads were a
+// quarter of TileWeightsI8's samples in a KIVI-2 decode step at depth 8192 (perf annotate),
+// and the 30-layer value pass (kv_codec_bench Accumulate/kivi:bits=2/8192/30) took 5-7%
+// longer. (The 4-bit value kernels of code_dot_i16.cc measured no different with it.)
+constexpr size_t kParamPrefetchRows = 256;
+KVPACK_I8V_ATTR inline void PrefetchRowParamsAhead(const uint16_t* params, size_t n_rows,
+                                                   size_t row_bytes) {
+  const char* ahead = reinterpret_cast<const char*>(params) + kParamPrefetchRows * row_bytes;
+  for (size_t off = 0; off < n_rows * row_bytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+}
+
 // acc += four u8 (codes) x s8 (weights) products per 32-bit lane, in place (the asm ties the
 // accumulator to its register; code_dot_i16.cc says why).
 KVPACK_I8V_ATTR inline __m512i DotQuadsAdd(__m512i acc, __m512i codes, __m512i w) {
@@ -292,6 +305,7 @@ template <int NG>
 KVPACK_I8V_ATTR void AccumulateAvx512(const float* p, size_t ldp, size_t n_q,
                                       const uint16_t* params, const uint8_t* codes, size_t d,
                                       size_t n_rows, float* out, float* msum) {
+  PrefetchRowParamsAhead(params, n_rows, 4 * NG);
   __mmask16 live[kBlocks];
   for (int b = 0; b < kBlocks; ++b) {
     const int64_t left = static_cast<int64_t>(n_rows) - 16 * b;
