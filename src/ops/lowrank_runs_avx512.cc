@@ -78,8 +78,8 @@ KVPACK_LOWRANK_INLINE void ProjectBlocks(const uint16_t* h, size_t len, size_t g
 }
 
 // y[i * ldy + c] += sum_k proj[k * NQ + i] * h[k * len + c] for query rows i < NQ and
-// c < len (a multiple of 16): one block's rank terms along its tokens (scores, h = A^T) or its
-// channels (out, h = B^T), added rank by rank as the per-block kernels add them.
+// c < len (a multiple of 16): one block's rank terms along its tokens (scores, h = A^T),
+// added rank by rank as the per-block kernels add them.
 template <size_t NQ, size_t R>
 KVPACK_LOWRANK_INLINE void AddRankTerms(const float* proj, const uint16_t* h, size_t len,
                                         float* y, size_t ldy) {
@@ -99,14 +99,78 @@ KVPACK_LOWRANK_INLINE void AddRankTerms(const float* proj, const uint16_t* h, si
   }
 }
 
+// Groups whose projections a values pass forms before it adds their rank terms.
+constexpr size_t kChunkGroups = 16;
+
+// out[i * d + c0 + c] += sum_j sum_k proj_j[k * NQ + i] * B_jk[c0 + c] for c < 16 V, block
+// after block and rank by rank as AddRankTerms adds them (the same floats), with the V output
+// vectors of each query row in registers across the blocks instead of a load and store per
+// block, whose chain through memory bound the values pass. Block j's projections are
+// proj + 16 (j / kG) + R NQ (j % kG) (ProjectBlocks' layout, one 16-float set per group).
+template <size_t NQ, size_t R, int V>
+KVPACK_LOWRANK_INLINE void AddValueTerms(const float* proj, const uint16_t* b, size_t n_blocks,
+                                         size_t d, size_t c0, float* out) {
+  constexpr size_t kG = kGroupBlocks<NQ, R>;
+  __m512 acc[NQ][V];
+#pragma GCC unroll 4
+  for (size_t i = 0; i < NQ; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) acc[i][v] = _mm512_loadu_ps(out + i * d + c0 + 16 * v);
+  }
+  for (size_t j = 0; j < n_blocks; ++j) {
+    const float* pj = proj + 16 * (j / kG) + R * NQ * (j % kG);
+#pragma GCC unroll 4
+    for (size_t k = 0; k < R; ++k) {
+      __m512 hv[V];
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) hv[v] = LoadF16(b + (j * R + k) * d + c0 + 16 * v);
+#pragma GCC unroll 4
+      for (size_t i = 0; i < NQ; ++i) {
+        const __m512 pk = _mm512_set1_ps(pj[k * NQ + i]);
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) acc[i][v] = _mm512_fmadd_ps(pk, hv[v], acc[i][v]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (size_t i = 0; i < NQ; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) _mm512_storeu_ps(out + i * d + c0 + 16 * v, acc[i][v]);
+  }
+}
+
 // One pass over a run for query rows i < NQ, kGroupBlocks blocks at a time:
 //   keys (kValues false): scores[i * ld + j n + t] += sum_k (q_i . B_jk) A_jk[t], t < n;
-//   values (true): out[i * d + c] += sum_j sum_k (p_i . A_jk) B_jk[c], block after block.
+//   values (true): out[i * d + c] += sum_j sum_k (p_i . A_jk) B_jk[c], block after block,
+//   kChunkGroups groups' projections first, then their terms 64 channels at a time.
 // x: q [NQ, d] or p [NQ, ld]; y: scores [NQ, ld] or out [NQ, d].
 template <size_t NQ, size_t R, bool kValues>
 KVPACK_LOWRANK_ATTR void RunBlocks(const uint16_t* a_t, const uint16_t* b_t, size_t n_blocks,
                                    size_t n, size_t d, const float* x, float* y, size_t ld) {
   constexpr size_t kG = kGroupBlocks<NQ, R>;
+  if constexpr (kValues) {
+    alignas(64) float proj[kChunkGroups][16];
+    for (size_t j0 = 0; j0 < n_blocks; j0 += kChunkGroups * kG) {
+      const size_t m = std::min(kChunkGroups * kG, n_blocks - j0);
+      for (size_t u = 0; u * kG < m; ++u) {
+        const size_t first = j0 + u * kG, g = std::min(kG, m - u * kG);
+        const uint16_t* a = a_t + first * R * n;
+        PrefetchAhead(a, g * R * n);
+        PrefetchAhead(b_t + first * R * d, g * R * d);
+        ProjectBlocks<NQ, R>(a, n, g, x + first * n, ld, n, proj[u]);
+      }
+      const uint16_t* b = b_t + j0 * R * d;
+      size_t c = 0;
+      for (; c + 64 <= d; c += 64) AddValueTerms<NQ, R, 4>(proj[0], b, m, d, c, y);
+      switch ((d - c) / 16) {
+        case 3: AddValueTerms<NQ, R, 3>(proj[0], b, m, d, c, y); break;
+        case 2: AddValueTerms<NQ, R, 2>(proj[0], b, m, d, c, y); break;
+        case 1: AddValueTerms<NQ, R, 1>(proj[0], b, m, d, c, y); break;
+        default: break;
+      }
+    }
+    return;
+  }
   alignas(64) float proj[16];
   for (size_t j0 = 0; j0 < n_blocks; j0 += kG) {
     const size_t g = std::min(kG, n_blocks - j0);
@@ -114,16 +178,9 @@ KVPACK_LOWRANK_ATTR void RunBlocks(const uint16_t* a_t, const uint16_t* b_t, siz
     const uint16_t* b = b_t + j0 * R * d;
     PrefetchAhead(a, g * R * n);
     PrefetchAhead(b, g * R * d);
-    if constexpr (kValues) {
-      ProjectBlocks<NQ, R>(a, n, g, x + j0 * n, ld, n, proj);
-      for (size_t j = 0; j < g; ++j) {
-        AddRankTerms<NQ, R>(proj + j * R * NQ, b + j * R * d, d, y, d);
-      }
-    } else {
-      ProjectBlocks<NQ, R>(b, d, g, x, d, 0, proj);
-      for (size_t j = 0; j < g; ++j) {
-        AddRankTerms<NQ, R>(proj + j * R * NQ, a + j * R * n, n, y + (j0 + j) * n, ld);
-      }
+    ProjectBlocks<NQ, R>(b, d, g, x, d, 0, proj);
+    for (size_t j = 0; j < g; ++j) {
+      AddRankTerms<NQ, R>(proj + j * R * NQ, a + j * R * n, n, y + (j0 + j) * n, ld);
     }
   }
 }

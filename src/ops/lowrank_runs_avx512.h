@@ -7,7 +7,8 @@
 //     reduction, then each block's tokens take sum_k (q_i . B_jk) A_jk[t] as the per-block
 //     kernel does (the same additions in the same order);
 //   - Accumulate: p_i . A_jk over the block's tokens likewise, then out_i += sum_k
-//     (p_i . A_jk) B_jk, block after block as the per-block kernel adds them.
+//     (p_i . A_jk) B_jk, block after block as the per-block kernel adds them, with out's
+//     64-channel windows in registers across up to 16 groups of blocks.
 // Only the projections' summation order differs from the per-block kernels (a pairwise tree
 // after 16-lane partial sums), so both obey the same float bound (ops_lowrank_f16_test.cc).
 #ifndef KVPACK_OPS_LOWRANK_RUNS_AVX512_H_

@@ -127,8 +127,9 @@ TEST(LowRankF16, AccumulateMatchesTheTwinWithinTheFloatBoundOnEveryTarget) {
 }
 
 // Runs of blocks (LowRankRunAdd*): the AVX-512 run kernels' shapes (rank 1..4, d and n
-// multiples of 16; group tails of 1..3 blocks; query passes of 4 + 1) and shapes that fall
-// back to the per-block kernels (n 20, rank 5, rank 0). Per column, the scores bound is the
+// multiples of 16; group tails of 1..3 blocks; query passes of 4 + 1; runs longer than the
+// values pass's 16 groups, with 64-channel windows and tails of 16, 32 and 48 channels) and
+// shapes that fall back to the per-block kernels (n 20, rank 5, rank 0). Per column, the scores bound is the
 // per-block one; an output channel of Accumulate adds n_blocks * rank products, each with a
 // projection of n terms, so its bound is (max(d, n) + n_blocks * rank + 2) u M.
 struct RunShape {
@@ -138,7 +139,8 @@ struct RunShape {
 const RunShape kRunShapes[] = {{5, 64, 2, 64, 3}, {3, 64, 4, 64, 4}, {7, 16, 1, 64, 5},
                                {2, 64, 3, 128, 2}, {1, 64, 2, 64, 3}, {4, 32, 4, 128, 1},
                                {9, 64, 1, 64, 2},  {3, 20, 2, 64, 3}, {2, 64, 5, 64, 3},
-                               {2, 64, 0, 64, 3}};
+                               {2, 64, 0, 64, 3},  {37, 16, 2, 64, 3}, {34, 16, 3, 80, 3},
+                               {70, 16, 1, 176, 4}, {33, 32, 4, 96, 2}};
 
 TEST(LowRankF16, RunScoresMatchTheTwinWithinTheFloatBoundOnEveryTarget) {
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
