@@ -39,11 +39,9 @@ void LowRankBlocks::AppendBlock(const uint16_t* a_t, const uint16_t* b_t, int64_
 void LowRankBlocks::ExtendRuns(size_t bi) {
   const Block& blk = blocks_[bi];
   if (!runs_.empty()) {
+    // It extends the last run when it is exactly the block that run's layout puts next.
     Run& run = runs_.back();
-    const size_t count = run.block1 - run.block0;
-    if (blk.n == run.n && blk.rank == run.rank &&
-        blk.a_off == run.a_off + count * run.n * run.rank &&
-        blk.b_off == run.b_off + count * static_cast<size_t>(d_) * run.rank) {
+    if (blk == run.BlockAt(run.block1 - run.block0, d_)) {
       run.block1 = bi + 1;
       return;
     }

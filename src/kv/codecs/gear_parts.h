@@ -62,6 +62,7 @@ class LowRankBlocks {
     int rank = 0;
     size_t a_off = 0;   // A^T [rank, n] at a_t_[a_off]
     size_t b_off = 0;   // B^T [rank, d] at b_t_[b_off]
+    bool operator==(const Block&) const = default;
   };
   // Blocks [block0, block1) of one n and rank whose factors follow each other's in the
   // arenas (rows always do): block block0 + j holds rows first + j n with A^T at a_off +
