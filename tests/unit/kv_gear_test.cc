@@ -755,12 +755,6 @@ TEST(GearSparsePartTest, NoCellsUntilABlockMayHoldOutliers) {
   for (int r = 0; r < 90; ++r) EXPECT_EQ(all[r], r == 75 ? 2.0f : 0.0f) << r;
 }
 
-}  // namespace
-}  // namespace kvpack
-
-namespace kvpack {
-namespace {
-
 // The low-rank part over every kind of row range: runs of whole blocks (the fused run
 // kernels, lengths a multiple of 16), blocks cut by the range, rank-0 blocks that break a
 // run, and blocks whose length or rank differs, before and after eviction (which relays the
