@@ -5,6 +5,7 @@
 //     same d_w * d_x and adds them in another order: it is within (n_blocks + 5) u
 //     sum_{b, lane} |lane_b d_w d_x| of the exact value (u = 2^-24: the products, two chains
 //     and a 3-level tree), and the twin within (n_blocks + 2) u sum_b |sumi_b d_w d_x|;
+//     more than that, it is bit for bit VnniOrderModel below, the kernel's order written out;
 //   - Q8_0Activations holds ggml's quantization of each token.
 // Weight bytes cover the whole int8 range (-128 too, which ggml never writes but a file may
 // hold), rows are not packed back to back, sizes are the model's (576, 1536) and odd counts
@@ -60,6 +61,29 @@ void ExactDot(const uint8_t* row, const BlockQ8_0* x, size_t n, double& exact, d
   }
 }
 
+// The AVX512-VNNI kernel's floats in its order, one lane at a time: lane l (< 8) of block b
+// is the exact sum of codes 4 l .. 4 l + 3, multiplied by d_w * d_x (a float product) and
+// added by one fused multiply-add into the even blocks' chain or the odd blocks'; the two
+// chains are added lane by lane, then lanes l and l + 4, then l and l + 2, then 0 and 1.
+float VnniOrderModel(const uint8_t* row, const BlockQ8_0* x, size_t n) {
+  float chain[2][8] = {};
+  for (size_t b = 0; b < n / 32; ++b) {
+    BlockQ8_0 w;
+    std::memcpy(&w, row + b * sizeof(BlockQ8_0), sizeof(w));
+    const float s = Fp16ToFp32(w.d) * Fp16ToFp32(x[b].d);
+    for (int l = 0; l < 8; ++l) {
+      int32_t lane = 0;
+      for (int j = 4 * l; j < 4 * l + 4; ++j) lane += w.qs[j] * x[b].qs[j];
+      chain[b % 2][l] = std::fma(static_cast<float>(lane), s, chain[b % 2][l]);
+    }
+  }
+  float lanes[8];
+  for (int l = 0; l < 8; ++l) lanes[l] = chain[0][l] + chain[1][l];
+  for (int l = 0; l < 4; ++l) lanes[l] += lanes[l + 4];
+  for (int l = 0; l < 2; ++l) lanes[l] += lanes[l + 2];
+  return lanes[0] + lanes[1];
+}
+
 TEST(Q8_0Dot, EveryPathMatchesTheTwin) {
   bool saw_vnni = false;
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
@@ -68,7 +92,7 @@ TEST(Q8_0Dot, EveryPathMatchesTheTwin) {
     saw_vnni = saw_vnni || vnni;
     std::mt19937 rng(31);
     std::normal_distribution<float> g(0.0f, 1.0f);
-    for (size_t n : {32, 96, 576, 1536}) {
+    for (size_t n : {32, 64, 96, 160, 576, 1536}) {
       const size_t nb = n / 32;
       for (size_t n_rows : {1, 3, 16, 17}) {
         const size_t row_bytes = nb * sizeof(BlockQ8_0) + 6;
@@ -93,6 +117,8 @@ TEST(Q8_0Dot, EveryPathMatchesTheTwin) {
                 << "n " << n << " row " << r;
             if (vnni) {
               ASSERT_NEAR(y[r], exact, (nb + 5) * std::ldexp(lane_mag, -24) + 1e-30)
+                  << "n " << n << " row " << r;
+              ASSERT_EQ(y[r], VnniOrderModel(&rows[r * row_bytes], xq.blocks(t), n))
                   << "n " << n << " row " << r;
             } else {
               ASSERT_EQ(y[r], ref) << hwy::TargetName(target) << " n " << n << " row " << r;
