@@ -1,0 +1,75 @@
+// The other half of a decode step: the q8_0 weight rows times one token's q8_0 activations
+// (ops/q8_0_dot.h's DotQ8_0Q8_0Rows, the kernel every q8_0 matrix-vector product of decode
+// runs), where the weights sit in cache and where they come from memory, against a plain
+// read of the same bytes (ops/vec.h's DotF32 of a buffer with itself: `kvpack bench`'s read
+// roofline). Whether decode's weight products are bound by the CPU or by memory decides what
+// a faster kernel can buy: if the kernel's rate from memory is well below its rate in cache
+// and close to the read roofline, only fewer bytes help.
+//   build/release/bench/weights_bench --benchmark_repetitions=5
+//     --benchmark_report_aggregates_only=true
+// Q8_0Rows/<n_in>/<n_rows>: n_in 576 (SmolLM2-135M's embedding) or 1536 (its FFN); 512 rows
+// are 306 KiB or 816 KiB (in L2), and 87381 rows of 1536 are 136 MiB, SmolLM2-135M's weights
+// in q8_0, read once per iteration as a decode step reads them. ReadRoofline/<MiB>: the plain
+// read of 136 MiB.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "ops/ggml_quants.h"
+#include "ops/q8_0_dot.h"
+#include "ops/vec.h"
+
+namespace kvpack {
+namespace {
+
+void BM_Q8_0Rows(benchmark::State& state) {
+  const size_t n_in = static_cast<size_t>(state.range(0));
+  const size_t n_rows = static_cast<size_t>(state.range(1));
+  const size_t row_bytes = n_in / 32 * sizeof(BlockQ8_0);
+  std::vector<uint8_t> rows(n_rows * row_bytes);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> row(n_in);
+  for (size_t r = 0; r < n_rows; ++r) {
+    for (float& v : row) v = g(rng);
+    QuantizeRowQ8_0(row.data(), &rows[r * row_bytes], static_cast<int64_t>(n_in));
+  }
+  for (float& v : row) v = g(rng);
+  Q8_0Activations x;
+  x.Quantize(row.data(), 1, n_in);
+  std::vector<float> y(n_rows);
+  for (auto _ : state) {
+    DotQ8_0Q8_0Rows(rows.data(), row_bytes, n_rows, x, 0, y.data());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * rows.size()));
+}
+BENCHMARK(BM_Q8_0Rows)
+    ->Name("Q8_0Rows")
+    ->Args({576, 512})
+    ->Args({1536, 512})
+    ->Args({1536, 87381})
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_ReadRoofline(benchmark::State& state) {
+  const size_t n = static_cast<size_t>(state.range(0)) * (1 << 20) / sizeof(float);
+  AlignedBuffer<float> buf(n);
+  for (size_t i = 0; i < n; ++i) buf[i] = 1.0f;
+  float sink = 0.0f;
+  for (auto _ : state) {
+    sink += DotF32(buf.data(), buf.data(), n);
+    benchmark::DoNotOptimize(sink);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * sizeof(float)));
+}
+BENCHMARK(BM_ReadRoofline)->Name("ReadRoofline")->Arg(136)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace kvpack
+
+BENCHMARK_MAIN();
