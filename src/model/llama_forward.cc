@@ -45,6 +45,12 @@ Status LlamaForward(const LlamaModel& model, const int32_t* tokens, const int32_
   rope.n_rot = c.n_rot;
   rope.freq_base = c.rope_freq_base;
   rope.freq_factors = w.rope_freqs.data;
+  const int64_t n_pairs = c.n_rot / 2;
+  s.rope_cos.resize(n * n_pairs);
+  s.rope_sin.resize(n * n_pairs);
+  for (int64_t t = 0; t < n; ++t) {
+    RopeAngles(pos[t], rope, &s.rope_cos[t * n_pairs], &s.rope_sin[t * n_pairs]);
+  }
   AttentionChunk chunk;
   chunk.q = s.q.data();
   chunk.k = s.k.data();
@@ -76,8 +82,10 @@ Status LlamaForward(const LlamaModel& model, const int32_t* tokens, const int32_
       cache.ObservePreRope(l, {s.q.data(), s.k.data(), s.v.data(), n, c.n_heads});
     }
     for (int64_t t = 0; t < n; ++t) {
-      ApplyRope(&s.q[t * c.q_dim()], c.n_heads, c.head_dim, pos[t], rope);
-      ApplyRope(&s.k[t * c.kv_dim()], c.n_kv_heads, c.head_dim, pos[t], rope);
+      const float* cos = &s.rope_cos[t * n_pairs];
+      const float* sin = &s.rope_sin[t * n_pairs];
+      ApplyRopeAngles(&s.q[t * c.q_dim()], c.n_heads, c.head_dim, cos, sin, rope);
+      ApplyRopeAngles(&s.k[t * c.kv_dim()], c.n_kv_heads, c.head_dim, cos, sin, rope);
     }
     Attend(cache, l, chunk, s.att.data(), pool);
     if (needs.attention) {

@@ -26,6 +26,7 @@ struct ForwardScratch {
   std::vector<float> gate;   // [n, n_ff]
   std::vector<float> up;     // [n, n_ff]
   std::vector<float> tmp;    // [n, n_embd]
+  std::vector<float> rope_cos, rope_sin;  // [n, n_rot / 2] each, shared by every layer
 };
 
 enum class LogitsFor { kLastToken, kEveryToken };

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
+
+#include "ops/vec.h"
 
 namespace kvpack {
 
@@ -12,31 +15,40 @@ void RmsNorm(const float* x, const float* weight, float eps, int64_t n, float* o
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
 }
 
-void ApplyRope(float* x, int n_heads, int head_dim, int64_t pos, const RopeParams& params) {
-  const int n_pairs = params.n_rot / 2;
-  for (int i = 0; i < n_pairs; ++i) {
+void RopeAngles(int64_t pos, const RopeParams& params, float* cos, float* sin) {
+  for (int i = 0; i < params.n_rot / 2; ++i) {
     // theta_i = pos * base^(-2i / n_rot) / freq_factor_i (llama.cpp's ggml_rope_ext).
     double theta = static_cast<double>(pos) *
                    std::pow(static_cast<double>(params.freq_base), -2.0 * i / params.n_rot);
     if (params.freq_factors) theta /= params.freq_factors[i];
-    const float c = static_cast<float>(std::cos(theta));
-    const float s = static_cast<float>(std::sin(theta));
-    for (int h = 0; h < n_heads; ++h) {
-      float* head = x + static_cast<int64_t>(h) * head_dim;
+    cos[i] = static_cast<float>(std::cos(theta));
+    sin[i] = static_cast<float>(std::sin(theta));
+  }
+}
+
+void ApplyRopeAngles(float* x, int n_heads, int head_dim, const float* cos, const float* sin,
+                     const RopeParams& params) {
+  const int n_pairs = params.n_rot / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    float* head = x + static_cast<int64_t>(h) * head_dim;
+    for (int i = 0; i < n_pairs; ++i) {
       const int a = params.layout == RopeLayout::kAdjacent ? 2 * i : i;
-      const int b = params.layout == RopeLayout::kAdjacent ? 2 * i + 1 : i + params.n_rot / 2;
+      const int b = params.layout == RopeLayout::kAdjacent ? 2 * i + 1 : i + n_pairs;
       const float x0 = head[a], x1 = head[b];
-      head[a] = x0 * c - x1 * s;
-      head[b] = x0 * s + x1 * c;
+      head[a] = x0 * cos[i] - x1 * sin[i];
+      head[b] = x0 * sin[i] + x1 * cos[i];
     }
   }
 }
 
+void ApplyRope(float* x, int n_heads, int head_dim, int64_t pos, const RopeParams& params) {
+  std::vector<float> cos(params.n_rot / 2), sin(params.n_rot / 2);
+  RopeAngles(pos, params, cos.data(), sin.data());
+  ApplyRopeAngles(x, n_heads, head_dim, cos.data(), sin.data(), params);
+}
+
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+  SwiGluF32(gate, up, static_cast<size_t>(n), out);
 }
 
 void Softmax(float* x, int64_t n) {

@@ -1,6 +1,8 @@
 // Small neural-network operators of the llama family. They are cheap next to the matrix
-// products and the attention, so they are plain loops that the compiler vectorises; they
-// double as their own scalar references.
+// products and the attention, so most are plain loops that double as their own scalar
+// references. Two were not cheap enough in a decode step (perf, KIVI-2 at depth 8192,
+// session 20): SwiGLU's scalar std::exp (1.3%, now ops/vec.h's SwiGluF32, with its twin) and
+// RoPE's pow, cos and sin per layer (0.7%, now computed once per token: RopeAngles).
 #ifndef KVPACK_OPS_NN_H_
 #define KVPACK_OPS_NN_H_
 
@@ -23,10 +25,15 @@ struct RopeParams {
   const float* freq_factors = nullptr;   // [n_rot / 2] or null (Llama-3 `rope_freqs`)
 };
 
-// Rotates every head of x in place. x: [n_heads, head_dim]; pos: the token's position.
+// The rotation of one position: cos and sin of each pair's angle; cos, sin: [n_rot / 2].
+void RopeAngles(int64_t pos, const RopeParams& params, float* cos, float* sin);
+// Rotates every head of x in place by a position's RopeAngles. x: [n_heads, head_dim].
+void ApplyRopeAngles(float* x, int n_heads, int head_dim, const float* cos, const float* sin,
+                     const RopeParams& params);
+// Both in one: rotates every head of x in place. pos: the token's position.
 void ApplyRope(float* x, int n_heads, int head_dim, int64_t pos, const RopeParams& params);
 
-// out[i] = silu(gate[i]) * up[i]; out may alias gate.
+// out[i] = silu(gate[i]) * up[i] (SwiGluF32); out may alias gate.
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
 
 // In-place softmax over x[n]; returns nothing, x sums to 1 afterwards.

@@ -435,6 +435,34 @@ float ExpSubtractSumImpl(float* x, size_t n, float shift) {
   return hn::GetLane(hn::SumOfLanes(d, sum));
 }
 
+// out = gate / (1 + exp(-gate)) * up, the scalar twin's formula with SoftmaxExp: -gate above
+// 88 gives +inf (out = -0 where the twin's std::exp is still finite up to 88.7), below -87
+// 0 (out = gate * up, as the twin's 1 + tiny rounds to 1).
+void SwiGluImpl(const float* gate, const float* up, size_t n, float* out) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const auto one = hn::Set(d, 1.0f);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto g = hn::LoadU(d, gate + i);
+    const auto e = SoftmaxExp(d, hn::Neg(g));
+    hn::StoreU(hn::Mul(hn::Div(g, hn::Add(one, e)), hn::LoadU(d, up + i)), d, out + i);
+  }
+  if (i < n) {
+    HWY_ALIGN float g_tail[hn::MaxLanes(d)];
+    HWY_ALIGN float u_tail[hn::MaxLanes(d)];
+    const size_t rest = n - i;
+    for (size_t k = 0; k < N; ++k) {
+      g_tail[k] = k < rest ? gate[i + k] : 0.0f;
+      u_tail[k] = k < rest ? up[i + k] : 0.0f;
+    }
+    const auto g = hn::Load(d, g_tail);
+    const auto e = SoftmaxExp(d, hn::Neg(g));
+    hn::Store(hn::Mul(hn::Div(g, hn::Add(one, e)), hn::Load(d, u_tail)), d, g_tail);
+    for (size_t k = 0; k < rest; ++k) out[i + k] = g_tail[k];
+  }
+}
+
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -456,6 +484,7 @@ HWY_EXPORT(ConvertF16ToF32Impl);
 HWY_EXPORT(TargetNameImpl);
 HWY_EXPORT(MaxF32Impl);
 HWY_EXPORT(ExpSubtractSumImpl);
+HWY_EXPORT(SwiGluImpl);
 HWY_EXPORT(DotRowsF32Impl);
 HWY_EXPORT(DotTileF32Impl);
 HWY_EXPORT(DotRowsF16Impl);
@@ -510,6 +539,9 @@ void ConvertF16ToF32(const uint16_t* src, float* dst, size_t n) {
 float MaxF32(const float* x, size_t n) { return HWY_DYNAMIC_DISPATCH(MaxF32Impl)(x, n); }
 float ExpSubtractSum(float* x, size_t n, float shift) {
   return HWY_DYNAMIC_DISPATCH(ExpSubtractSumImpl)(x, n, shift);
+}
+void SwiGluF32(const float* gate, const float* up, size_t n, float* out) {
+  HWY_DYNAMIC_DISPATCH(SwiGluImpl)(gate, up, n, out);
 }
 const char* SimdTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
 }  // namespace kvpack

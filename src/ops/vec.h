@@ -55,6 +55,11 @@ void ConvertF16ToF32(const uint16_t* src, float* dst, size_t n);
 float MaxF32(const float* x, size_t n);
 float ExpSubtractSum(float* x, size_t n, float shift);
 
+// SwiGLU's gating: out[i] = gate[i] / (1 + exp(-gate[i])) * up[i] with ExpSubtractSum's exp;
+// within 8 ulp of the twin where exp(-gate[i]) <= e^88, and -0 (the twin: at most 1e-38 in
+// magnitude) beyond; NaN stays NaN. out may alias gate or up.
+void SwiGluF32(const float* gate, const float* up, size_t n, float* out);
+
 // Name of the SIMD target chosen at run time ("AVX3", "AVX2", ...).
 const char* SimdTargetName();
 

@@ -73,4 +73,11 @@ float ExpSubtractSumRef(float* x, size_t n, float shift) {
   return sum;
 }
 
+void SwiGluF32Ref(const float* gate, const float* up, size_t n, float* out) {
+  for (size_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
 }  // namespace kvpack

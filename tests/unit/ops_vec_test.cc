@@ -262,5 +262,41 @@ TEST(VecSoftmax, ExpKeepsItsRangeAndEdges) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// SwiGLU's gate against the twin (std::exp): within 8 ulp (the exp's 4, the twin's exp's 1,
+// and the three roundings of each side; vec.h), on every SIMD target, odd sizes, in place;
+// large |gate| where the exp flushes to 0 or overflows, and NaN.
+TEST(VecSwiGlu, MatchesTheTwin) {
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(-12.0f, 12.0f);
+    for (size_t n : {1, 7, 16, 17, 100, 1536}) {
+      std::vector<float> gate(n), up(n), want(n);
+      for (auto& v : gate) v = u(rng);
+      for (auto& v : up) v = u(rng);
+      if (n > 7) {
+        gate[1] = 95.0f;    // exp(-g) flushes to 0: out = g * up
+        gate[2] = -95.0f;   // exp(-g) = +inf: out = -0 (the twin's too)
+        gate[3] = 0.0f;
+        gate[4] = std::nanf("");
+        gate[5] = -60.0f;   // exp(-g) = e^60, still in range
+      }
+      SwiGluF32Ref(gate.data(), up.data(), n, want.data());
+      std::vector<float> got = gate;
+      SwiGluF32(got.data(), up.data(), n, got.data());  // out aliases gate
+      for (size_t i = 0; i < n; ++i) {
+        if (std::isnan(want[i])) {
+          EXPECT_TRUE(std::isnan(got[i])) << n << " " << i;
+          continue;
+        }
+        ASSERT_NEAR(got[i], want[i], 8.0f * std::ldexp(std::fabs(want[i]), -23) + 1e-37f)
+            << n << " " << i << " gate " << gate[i];
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 }  // namespace
 }  // namespace kvpack
