@@ -31,11 +31,25 @@ void ChannelBlocks::AppendBlock(const float* x, int64_t n, int64_t ld) {
   for (int64_t t = 0; t < n; ++t) {
     PackCodes(codes.data() + t * d_, d_, bits_, &codes_[(n_rows_ + t) * row_bytes_]);
   }
+  // The last block so far stops being last: it must have the common size.
+  if (b == 0) {
+    uniform_rows_ = n;
+  } else if (uniform_rows_ > 0 && n_rows_ - block_start_.back() != uniform_rows_) {
+    uniform_rows_ = 0;
+  }
   block_start_.push_back(n_rows_);
   n_rows_ += n;
 }
 
+void ChannelBlocks::FindUniformRows() {
+  uniform_rows_ = n_blocks() > 0 ? (n_blocks() > 1 ? block_start_[1] : n_rows_) : 0;
+  for (int64_t b = 1; b + 1 < n_blocks() && uniform_rows_ > 0; ++b) {
+    if (block_start_[b + 1] - block_start_[b] != uniform_rows_) uniform_rows_ = 0;
+  }
+}
+
 int64_t ChannelBlocks::BlockOf(int64_t r) const {
+  if (uniform_rows_ > 0) return std::min(r / uniform_rows_, n_blocks() - 1);
   auto it = std::upper_bound(block_start_.begin(), block_start_.end(), r);
   return static_cast<int64_t>(it - block_start_.begin()) - 1;
 }
@@ -48,8 +62,8 @@ void ChannelBlocks::BlockParams(int64_t b, CodeTileScratch& t) const {
 void ChannelBlocks::Decode(int64_t r0, int64_t r1, float* out) const {
   if (r0 >= r1) return;
   CodeTileScratch& t = TileScratch(d_);
-  for (int64_t b = BlockOf(r0); b < n_blocks() && block_start_[b] < r1; ++b) {
-    const int64_t bs = std::max(r0, block_start_[b]);
+  for (int64_t b = BlockOf(r0); b < n_blocks() && BlockStart(b) < r1; ++b) {
+    const int64_t bs = std::max(r0, BlockStart(b));
     const int64_t be = std::min(r1, BlockEnd(b));
     BlockParams(b, t);
     DequantizeRowsPerChannel(&codes_[bs * row_bytes_], be - bs, row_bytes_, bits_, d_,
@@ -74,8 +88,8 @@ void ChannelBlocks::Scores(int64_t r0, int64_t r1, const float* q, int n_q, floa
     const int64_t b0 = BlockOf(r0);
     thread_local std::vector<int64_t> starts;  // relative to r0
     starts.assign(1, 0);
-    for (int64_t b = b0 + 1; b < n_blocks() && block_start_[b] < r1; ++b) {
-      starts.push_back(block_start_[b] - r0);
+    for (int64_t b = b0 + 1; b < n_blocks() && BlockStart(b) < r1; ++b) {
+      starts.push_back(BlockStart(b) - r0);
     }
     starts.push_back(r1 - r0);
     ScoreChannelBlocksI8(&codes_[r0 * row_bytes_], row_bytes_, d_, bits_, &params_[b0 * 2 * d_],
@@ -85,8 +99,8 @@ void ChannelBlocks::Scores(int64_t r0, int64_t r1, const float* q, int n_q, floa
   CodeTileScratch& t = TileScratch(d_);
   t.qs.resize(static_cast<size_t>(n_q) * d_);
   t.qm.resize(n_q);
-  for (int64_t b = BlockOf(r0); b < n_blocks() && block_start_[b] < r1; ++b) {
-    const int64_t bs = std::max(r0, block_start_[b]);
+  for (int64_t b = BlockOf(r0); b < n_blocks() && BlockStart(b) < r1; ++b) {
+    const int64_t bs = std::max(r0, BlockStart(b));
     const int64_t be = std::min(r1, BlockEnd(b));
     BlockParams(b, t);
     for (int i = 0; i < n_q; ++i) {
@@ -113,8 +127,8 @@ void ChannelBlocks::Accumulate(int64_t r0, int64_t r1, const float* p, int n_q, 
   CodeTileScratch& t = TileScratch(d_);
   t.acc.resize(static_cast<size_t>(n_q) * d_);
   t.psum.resize(n_q);
-  for (int64_t b = BlockOf(r0); b < n_blocks() && block_start_[b] < r1; ++b) {
-    const int64_t bs = std::max(r0, block_start_[b]);
+  for (int64_t b = BlockOf(r0); b < n_blocks() && BlockStart(b) < r1; ++b) {
+    const int64_t bs = std::max(r0, BlockStart(b));
     const int64_t be = std::min(r1, BlockEnd(b));
     std::fill(t.acc.begin(), t.acc.end(), 0.0f);
     std::fill(t.psum.begin(), t.psum.end(), 0.0f);
@@ -167,6 +181,7 @@ void ChannelBlocks::Keep(std::span<const int64_t> keep) {
   new_params.ShrinkToFit();
   params_ = std::move(new_params);
   block_start_ = std::move(new_start);
+  FindUniformRows();
 }
 
 void ChannelBlocks::Clear() {
@@ -174,6 +189,7 @@ void ChannelBlocks::Clear() {
   codes_ = AlignedBuffer<uint8_t>();
   params_ = AlignedBuffer<uint16_t>();
   block_start_.clear();
+  uniform_rows_ = 0;
 }
 
 void ChannelBlocks::AddMemory(MemoryUsage& m) const {
