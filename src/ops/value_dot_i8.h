@@ -28,29 +28,32 @@
 
 namespace kvpack {
 
-// Rows per call at most (one attention tile of TokenGroupRows).
+// Rows per weight tile: the weights are quantized per (query row, group) over each run of
+// this many rows.
 constexpr size_t kI8ValueTileRowsMax = 64;
 
 // Whether AccumulateTwoBitRowsI8 runs its integer kernel here: d a multiple of 64 channels
 // (whole rows of d / 4 bytes), 1, 2 or 4 groups per row whose size is a multiple of 64 or is
-// 32 or 16 (a 64-channel window then holds whole groups), at most kI8ValueTileRowsMax rows, a
-// CPU with AVX512-VNNI, VBMI and DQ (and those targets allowed for tests).
-bool HasI8ValueKernel(size_t d, size_t n_groups, size_t n_rows);
+// 32 or 16 (a 64-channel window then holds whole groups), a CPU with AVX512-VNNI, VBMI and DQ
+// (and those targets allowed for tests).
+bool HasI8ValueKernel(size_t d, size_t n_groups);
 
-// A tile of consecutive 2-bit rows (LSB-first, d / 4 bytes each; codes [n_rows, d / 4]) with
-// their fp16 (scale, min) pairs (params [n_rows, n_groups, 2], group = d / n_groups channels)
-// and the probabilities p [n_q, ldp]:
+// Consecutive 2-bit rows (LSB-first, d / 4 bytes each; codes [n_rows, d / 4]) with their fp16
+// (scale, min) pairs (params [n_rows, n_groups, 2], group = d / n_groups channels) and the
+// probabilities p [n_q, ldp], in tiles of kI8ValueTileRowsMax rows (tile j: rows
+// [64 j, 64 j + 64) of n_rows), one tile after the other:
 //   w[i, g, k] = p[i * ldp + k] * scale[k, g],
 //   msum[i * n_groups + g] += sum_k p[i * ldp + k] * min[k, g],
-//   (wq, s) = QuantizeWeightsI8Ref(w[i, g, :]) per (i, g),
-//   out[i * d + c] = fma(s_ig, sum_k wq[k] * code[k, c], out[i * d + c])   (g = c / group).
-// Where HasI8ValueKernel(d, n_groups, n_rows) the integer kernel (64 channels at a time), out
+//   (wq, s) = QuantizeWeightsI8Ref(w[i, g, k in the tile]) per (i, g),
+//   out[i * d + c] = fma(s_ig, sum_{k in the tile} wq[k] * code[k, c], out[i * d + c])
+//   (g = c / group).
+// Where HasI8ValueKernel(d, n_groups) the integer kernel (64 channels at a time), out
 // bit-identical to the twin's and msum a float sum in another order; elsewhere the twin.
 void AccumulateTwoBitRowsI8(const float* p, size_t ldp, size_t n_q, const uint16_t* params,
                             size_t n_groups, const uint8_t* codes, size_t d, size_t n_rows,
                             float* out, float* msum);
 // The twin, for any CPU and any n_groups dividing d: the same float weights and quantizer,
-// codes read bit by bit, exact integer sums, one fused multiply-add per output.
+// codes read bit by bit, exact integer sums, one fused multiply-add per output and tile.
 void AccumulateTwoBitRowsI8Ref(const float* p, size_t ldp, size_t n_q, const uint16_t* params,
                                size_t n_groups, const uint8_t* codes, size_t d, size_t n_rows,
                                float* out, float* msum);

@@ -195,16 +195,17 @@ void TokenGroupRows::Accumulate(int64_t r0, const int64_t* rows, int64_t n_sel, 
   // Whole rows of 2-bit codes (heads of 64, 128, ... channels): int8 weights, four rows per
   // multiply (ops/value_dot_i8.h: half the multiply work of the int16 kernel; its coarser
   // weights move a 2-bit cache's KLD by a few percent of the codes' own error).
-  const bool two_bit_rows =
-      packed && bits_ == 2 && c0 == 0 && n % 64 == 0 && row_bytes_ == n / 4;
+  // All the rows in one call, which quantizes the weights per tile of kTileRowsMax rows.
+  static_assert(kTileRowsMax == static_cast<int64_t>(kI8ValueTileRowsMax));
+  if (packed && bits_ == 2 && c0 == 0 && n % 64 == 0 && row_bytes_ == n / 4 &&
+      HasI8ValueKernel(n, n_groups_)) {
+    AccumulateTwoBitRowsI8(p + col0, ld, n_q, &params_[r0 * 2 * n_groups_], n_groups_,
+                           &codes_[r0 * row_bytes_], n, n_sel, out, t.msum.data());
+    AddGroupedMinSums(n_q, n, c0, group_, t, out);
+    return;
+  }
   for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRowsMax) {
     const int64_t k1 = std::min(n_sel, k0 + kTileRowsMax), m = k1 - k0;
-    if (two_bit_rows && HasI8ValueKernel(n, n_groups_, m)) {
-      AccumulateTwoBitRowsI8(p + col0 + k0, ld, n_q, &params_[(r0 + k0) * 2 * n_groups_],
-                             n_groups_, &codes_[(r0 + k0) * row_bytes_], n, m, out,
-                             t.msum.data());
-      continue;
-    }
     if (packed && HasFusedPackedValueKernel(bits_, n, c0, group_, n_groups_, m)) {
       // Parameters, weights and their quantization in registers (ops/code_dot_i16.h).
       AccumulatePackedRowsI16(p + col0 + k0, ld, n_q, &params_[(r0 + k0) * 2 * n_groups_],
