@@ -1,7 +1,7 @@
 // Small neural-network operators of the llama family. They are cheap next to the matrix
 // products and the attention, so most are plain loops that double as their own scalar
 // references. Two were not cheap enough in a decode step (perf, KIVI-2 at depth 8192,
-// session 20): SwiGLU's scalar std::exp (1.3%, now ops/vec.h's SwiGluF32, with its twin) and
+// session 20): SwiGLU's scalar std::exp (1.1%, now ops/vec.h's SwiGluF32, with its twin) and
 // RoPE's pow, cos and sin per layer (0.7%, now computed once per token: RopeAngles).
 #ifndef KVPACK_OPS_NN_H_
 #define KVPACK_OPS_NN_H_
