@@ -42,9 +42,19 @@ void ApplyRopeAngles(float* x, int n_heads, int head_dim, const float* cos, cons
 }
 
 void ApplyRope(float* x, int n_heads, int head_dim, int64_t pos, const RopeParams& params) {
-  std::vector<float> cos(params.n_rot / 2), sin(params.n_rot / 2);
-  RopeAngles(pos, params, cos.data(), sin.data());
-  ApplyRopeAngles(x, n_heads, head_dim, cos.data(), sin.data(), params);
+  // Angles on the stack for heads up to 512 rotated channels (callers rotate one token at a
+  // time: the reference model, eviction's position shifts).
+  constexpr int kStackPairs = 256;
+  const int n_pairs = params.n_rot / 2;
+  float stack[2 * kStackPairs];
+  std::vector<float> heap;
+  float* angles = stack;
+  if (n_pairs > kStackPairs) {
+    heap.resize(2 * static_cast<size_t>(n_pairs));
+    angles = heap.data();
+  }
+  RopeAngles(pos, params, angles, angles + n_pairs);
+  ApplyRopeAngles(x, n_heads, head_dim, angles, angles + n_pairs, params);
 }
 
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
