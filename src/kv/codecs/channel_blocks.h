@@ -60,9 +60,9 @@ class ChannelBlocks {
   std::vector<int64_t> block_start_;    // [n_blocks] first row of each block (ascending)
   // The rows of every block but the last when they are all equal (a cache without eviction:
   // KIVI's and HF's groups, KCVT's blocks of the buffer), else 0. Block lookups are then
-  // arithmetic: the binary search over block_start_, whose lines come from memory on every
-  // decode step, was a sixth of the key pass's own time in a KIVI-2 step at depth 8192 (perf,
-  // session 20: ChannelBlocks::Scores 1.3% of the step, 40% of it one compare of the search).
+  // arithmetic. The binary search over block_start_, whose lines come from memory on every
+  // decode step, made ChannelBlocks::Scores 1.3% of a KIVI-2 step at depth 8192, about 8% of
+  // the key pass's time (perf, session 20; 40% of it was one compare of the search).
   int64_t uniform_rows_ = 0;
 };
 
