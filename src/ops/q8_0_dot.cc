@@ -176,6 +176,10 @@ bool HasVnniQ8_0Dot() {
 #endif
 }
 
+void QuantizeRowQ8_0Fast(const float* x, size_t n, BlockQ8_0* out) {
+  HWY_DYNAMIC_DISPATCH(QuantizeRowsImpl)(x, n, out);
+}
+
 void Q8_0Activations::Quantize(const float* x, size_t n_tok, size_t n) {
   const size_t nb = n / 32;
   n_ = n;
@@ -183,7 +187,7 @@ void Q8_0Activations::Quantize(const float* x, size_t n_tok, size_t n) {
   offsets_.resize(n_tok * nb * 8);
   scales_.resize(n_tok * nb);
   for (size_t t = 0; t < n_tok; ++t) {
-    HWY_DYNAMIC_DISPATCH(QuantizeRowsImpl)(x + t * n, n, &blocks_[t * nb]);
+    QuantizeRowQ8_0Fast(x + t * n, n, &blocks_[t * nb]);
   }
   for (size_t b = 0; b < n_tok * nb; ++b) {
     const int8_t* q = blocks_[b].qs;

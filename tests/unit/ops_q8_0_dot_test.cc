@@ -6,7 +6,7 @@
 //     sum_{b, lane} |lane_b d_w d_x| of the exact value (u = 2^-24: the products, two chains
 //     and a 3-level tree), and the twin within (n_blocks + 2) u sum_b |sumi_b d_w d_x|;
 //     more than that, it is bit for bit VnniOrderModel below, the kernel's order written out;
-//   - Q8_0Activations holds ggml's quantization of each token.
+//   - QuantizeRowQ8_0Fast and Q8_0Activations hold ggml's quantization of each token.
 // Weight bytes cover the whole int8 range (-128 too, which ggml never writes but a file may
 // hold), rows are not packed back to back, sizes are the model's (576, 1536) and odd counts
 // of blocks.
@@ -132,11 +132,11 @@ TEST(Q8_0Dot, EveryPathMatchesTheTwin) {
   if (!saw_vnni) GTEST_SKIP() << "no AVX512-VNNI here: only the Highway path was compared";
 }
 
-// The vectorized activation quantizer gives ggml's reference blocks bit for bit on every
-// target: values at exact halves of a step (round half away from zero), just below them,
+// The vectorized quantizer (QuantizeRowQ8_0Fast: activations and the `q8_0` KV cache) gives
+// ggml's reference blocks bit for bit on every target, alone and through Q8_0Activations: values at exact halves of a step (round half away from zero), just below them,
 // zeros, a block of zeros, NaN (ignored by the max, coded 0), an infinity (d = inf, every
 // code 0), and ordinary Gaussian values.
-TEST(Q8_0Dot, ActivationQuantizerIsGgmls) {
+TEST(Q8_0Dot, QuantizerIsGgmls) {
   const size_t n = 32 * 8;
   std::vector<float> x(n);
   std::mt19937 rng(33);
@@ -157,9 +157,13 @@ TEST(Q8_0Dot, ActivationQuantizerIsGgmls) {
   QuantizeRowQ8_0(x.data(), want.data(), n);
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
+    std::vector<BlockQ8_0> got(n / 32);
+    QuantizeRowQ8_0Fast(x.data(), n, got.data());
     Q8_0Activations xq;
     xq.Quantize(x.data(), 1, n);
     for (size_t b = 0; b < n / 32; ++b) {
+      ASSERT_EQ(0, std::memcmp(&want[b], &got[b], sizeof(BlockQ8_0)))
+          << hwy::TargetName(target) << " block " << b;
       ASSERT_EQ(0, std::memcmp(&want[b], xq.blocks(0) + b, sizeof(BlockQ8_0)))
           << hwy::TargetName(target) << " block " << b;
     }

@@ -10,6 +10,7 @@
 #include "ops/code_dot_i16.h"
 #include "ops/code_unpack.h"
 #include "ops/packed_scores.h"
+#include "ops/q8_0_dot.h"
 #include "ops/vec.h"
 
 namespace kvpack {
@@ -35,7 +36,10 @@ struct Q8_0Format {
   using Block = BlockQ8_0;
   static constexpr const char* kName = "q8_0";
   static constexpr size_t RowBytes(int head_dim) { return static_cast<size_t>(head_dim); }
-  static void Quantize(const float* x, Block* blocks, int64_t n) { QuantizeRowQ8_0(x, blocks, n); }
+  // QuantizeRowQ8_0's blocks, vectorized (ops/q8_0_dot.h).
+  static void Quantize(const float* x, Block* blocks, int64_t n) {
+    QuantizeRowQ8_0Fast(x, static_cast<size_t>(n), blocks);
+  }
   static void ToPlanes(const Block* blocks, int n, uint8_t* codes, uint16_t* scales) {
     Q8_0BlocksToPlanes(blocks, n, reinterpret_cast<int8_t*>(codes), scales);
   }
