@@ -133,9 +133,10 @@ TEST(Q8_0Dot, EveryPathMatchesTheTwin) {
 }
 
 // The vectorized quantizer (QuantizeRowQ8_0Fast: activations and the `q8_0` KV cache) gives
-// ggml's reference blocks bit for bit on every target, alone and through Q8_0Activations: values at exact halves of a step (round half away from zero), just below them,
-// zeros, a block of zeros, NaN (ignored by the max, coded 0), an infinity (d = inf, every
-// code 0), and ordinary Gaussian values.
+// ggml's reference blocks bit for bit on every target, alone and through Q8_0Activations:
+// values at exact halves of a step (round half away from zero), just below them, zeros, a
+// block of zeros, NaN (ignored by the max, coded 0), an infinity (d = inf, every code 0),
+// and ordinary Gaussian values.
 TEST(Q8_0Dot, QuantizerIsGgmls) {
   const size_t n = 32 * 8;
   std::vector<float> x(n);
