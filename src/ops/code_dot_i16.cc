@@ -21,6 +21,7 @@
 #include "core/half.h"
 #include "ops/code_dot.h"
 #include "ops/code_unpack.h"
+#include "ops/prefetch.h"
 #include "ops/value_tile_avx512.h"
 #include "ops/query_chunks.h"
 
@@ -102,20 +103,21 @@ KVPACK_VNNI_ATTR inline __m512i DotPairsAdd(__m512i acc, __m512i pairs, __m512i 
 }
 
 // Rows k and k + 1 (zeros past n_rows) of a chunk: the bytes `live` from c_byte of each.
-// Packed rows (kPrefetch) stream from memory and ask for the line 4 KiB ahead: without this
-// the 30-layer benchmark ran ~60% slower than with the unpacking pass they replace (whose
-// stream loop prefetches). Rows wider than a line (kWide: a window of KCVT's all-head rows)
-// ask for the second row's too, which lies in another line that the stride of two rows would
-// otherwise skip.
+// Packed rows (kPrefetch) stream from memory and ask for the line kPrefetchAheadBytes ahead:
+// without this the 30-layer benchmark ran ~60% slower than with the unpacking pass they
+// replace (whose stream loop prefetches). Rows wider than a line (kWide: a window of KCVT's
+// all-head rows) ask for the second row's too, which lies in another line that the stride of
+// two rows would otherwise skip.
 template <bool kPrefetch, bool kWide>
 KVPACK_VNNI_ATTR inline void LoadRowPair(const uint8_t* codes, size_t k, size_t n_rows,
                                          size_t row_stride, size_t c_byte, __mmask64 live,
                                          __m512i& r0, __m512i& r1) {
   const uint8_t* first = codes + k * row_stride + c_byte;
   if constexpr (kPrefetch) {
-    _mm_prefetch(reinterpret_cast<const char*>(first + 4096), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(first + kPrefetchAheadBytes), _MM_HINT_T0);
     if constexpr (kWide) {
-      _mm_prefetch(reinterpret_cast<const char*>(first + row_stride + 4096), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(first + row_stride + kPrefetchAheadBytes),
+                   _MM_HINT_T0);
     }
   }
   r0 = _mm512_maskz_loadu_epi8(live, first);

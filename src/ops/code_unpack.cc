@@ -10,21 +10,19 @@
 
 #include "core/half.h"
 #include "ops/code_unpack.h"
+#include "ops/prefetch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvpack {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Bytes ahead of the read position that the stream unpacker asks the CPU to fetch (the
-// codecs' value tiles are long streams; see packed_dot_i8.cc).
-constexpr size_t kPrefetchBytes = 4096;
-
 // Byte-aligned 2/4/8-bit streams: each source byte is widened to a lane of as many bytes as
 // it holds codes (u32 for 2-bit, u16 for 4-bit), shifted copies of it are ORed so that code
 // i lands in byte i of the lane, and a mask keeps the code bits. With little-endian lanes
 // byte i of lane j is output byte (8j/b + i): stream order, no shuffles. A 512-bit vector
-// makes 64 codes per step.
+// makes 64 codes per step. The loop asks for the line kPrefetchAheadBytes past its read
+// position (the codecs' value tiles are long streams; see packed_dot_i8.cc).
 void UnpackCodesU8Impl(const uint8_t* src, int64_t first, size_t n, int bits, uint8_t* dst) {
   size_t i = 0;
 #if HWY_TARGET != HWY_SCALAR && defined(__BYTE_ORDER__) && \
@@ -43,7 +41,7 @@ void UnpackCodesU8Impl(const uint8_t* src, int64_t first, size_t n, int bits, ui
       const size_t step = 2 * hn::Lanes(d16);       // codes per step
       const auto mask = hn::Set(d16, 0x0F0F);
       for (; i + step <= n; i += step) {
-        hwy::Prefetch(p + i / 2 + kPrefetchBytes);
+        hwy::Prefetch(p + i / 2 + kPrefetchAheadBytes);
         const auto x = hn::PromoteTo(d16, hn::LoadU(d8, p + i / 2));
         hn::StoreU(hn::BitCast(dout, hn::And(hn::Or(x, hn::ShiftLeft<4>(x)), mask)), dout,
                    dst + i);
@@ -55,7 +53,7 @@ void UnpackCodesU8Impl(const uint8_t* src, int64_t first, size_t n, int bits, ui
       const size_t step = 4 * hn::Lanes(d32);
       const auto mask = hn::Set(d32, 0x03030303u);
       for (; i + step <= n; i += step) {
-        hwy::Prefetch(p + i / 4 + kPrefetchBytes);
+        hwy::Prefetch(p + i / 4 + kPrefetchAheadBytes);
         const auto x = hn::PromoteTo(d32, hn::LoadU(d8, p + i / 4));
         const auto y = hn::Or(hn::Or(x, hn::ShiftLeft<6>(x)),
                               hn::Or(hn::ShiftLeft<12>(x), hn::ShiftLeft<18>(x)));
@@ -162,7 +160,7 @@ void DequantizeQ8_0BlocksImpl(const uint8_t* blocks, size_t n_blocks, float* out
     for (; b < nb; ++b) scales[b] = Fp16ToFp32(bits[b]);
     for (b = 0; b < nb; ++b) {
       const uint8_t* blk = blocks + (b0 + b) * 34;
-      hwy::Prefetch(blk + kPrefetchBytes);
+      hwy::Prefetch(blk + kPrefetchAheadBytes);
       const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
       float* o = out + (b0 + b) * 32;
       const auto scale = hn::Set(d, scales[b]);

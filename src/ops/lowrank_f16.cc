@@ -11,6 +11,7 @@
 #include "core/half.h"
 #include "ops/lowrank_f16.h"
 #include "ops/lowrank_runs_avx512.h"
+#include "ops/prefetch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvpack {
@@ -167,15 +168,14 @@ void AccumulateGroup(const uint16_t* a_t, size_t a_stride, const uint16_t* b_t, 
 // and a block's are only a few hundred bytes: without software prefetching every block's
 // first lines missed the cache once the cache outgrew it (in kv_codec_bench's 30-layer runs
 // the loads of A and B took over half of these kernels' time). Each call asks for the lines
-// kPrefetchBytes past those it reads (of A^T only the columns it reads: a call covers a tile of
-// a block, and a prompt block's rows are thousands of tokens long).
-constexpr size_t kPrefetchBytes = 4096;
+// kPrefetchAheadBytes past those it reads (of A^T only the columns it reads: a call covers a
+// tile of a block, and a prompt block's rows are thousands of tokens long).
 
 void PrefetchAhead(const uint16_t* p, size_t n) {
   const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
   const uintptr_t end = reinterpret_cast<uintptr_t>(p + n);
   for (uintptr_t a = begin; a < end; a += 64) {
-    hwy::Prefetch(reinterpret_cast<const uint8_t*>(a + kPrefetchBytes));
+    hwy::Prefetch(reinterpret_cast<const uint8_t*>(a + kPrefetchAheadBytes));
   }
 }
 

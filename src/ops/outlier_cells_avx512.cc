@@ -7,6 +7,7 @@
 
 #include "ops/code_dot.h"
 #include "ops/outlier_cells.h"
+#include "ops/prefetch.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -31,13 +32,12 @@ namespace {
 
 constexpr int kLanes = kOutlierCellLanes;
 constexpr int kMaxQueries = 4;  // query rows per pass over the cells
-// Cells are read in stream order; each cell asks for two lines kPrefetchBytes past its start
+// Cells are read in stream order; each cell asks for two lines kPrefetchAheadBytes past its start
 // (as the other streaming kernels do, ops/packed_scores.cc). A cell is about two lines long;
 // a loop over its exact lines mispredicted its exit once per cell.
-constexpr uintptr_t kPrefetchBytes = 4096;
 
 KVPACK_OUTLIER_INLINE void PrefetchCellAhead(const uint32_t* words) {
-  const char* ahead = reinterpret_cast<const char*>(words) + kPrefetchBytes;
+  const char* ahead = reinterpret_cast<const char*>(words) + kPrefetchAheadBytes;
   _mm_prefetch(ahead, _MM_HINT_T0);
   _mm_prefetch(ahead + 64, _MM_HINT_T0);
 }

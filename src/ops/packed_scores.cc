@@ -14,6 +14,7 @@
 #include "ops/code_unpack.h"
 #include "ops/packed_dot_i8.h"
 #include "ops/query_chunks.h"
+#include "ops/prefetch.h"
 #include "ops/reduce_avx512.h"
 #include "ops/vec.h"
 
@@ -96,7 +97,6 @@ bool CpuHasBlockKernel() {
 // imm8[3:2] = 10: clear the sign; Intel SDM, VRANGEPS).
 constexpr int kMaxAbs = 0x0B;
 
-constexpr size_t kPrefetchBytes = 4096;
 
 // d = kD channels of kBits-bit codes: W = kD * kBits / 32 dwords per row, so that a tile of
 // 16 rows is W 64-byte vectors.
@@ -246,13 +246,13 @@ KVPACK_BLOCK_INLINE void LoadColumns(const uint8_t* tile, size_t bytes, __m512i 
 }
 
 // The tile of 16 rows from `tile` (of which `left` exist, kRowBytes each) as columns; a whole
-// tile also asks for the lines kPrefetchBytes ahead (the rows stream from memory).
+// tile also asks for the lines kPrefetchAheadBytes ahead (the rows stream from memory).
 template <int kW, size_t kRowBytes>
 KVPACK_BLOCK_INLINE void LoadTile(const uint8_t* tile, size_t left, __m512i (&col)[kW]) {
   if (left == 16) {
 #pragma GCC unroll 16
     for (int z = 0; z < kW; ++z) {
-      _mm_prefetch(reinterpret_cast<const char*>(tile + 64 * z + kPrefetchBytes), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(tile + 64 * z + kPrefetchAheadBytes), _MM_HINT_T0);
     }
     LoadColumns<kW, false>(tile, 0, col);
   } else {

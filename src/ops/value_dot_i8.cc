@@ -9,6 +9,7 @@
 
 #include "core/half.h"
 #include "ops/code_dot.h"
+#include "ops/prefetch.h"
 #include "ops/query_chunks.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -50,11 +51,10 @@ bool CpuHasI8ValueKernel() {
 constexpr int kBlocks = static_cast<int>(kI8ValueTileRowsMax / 16);  // 16-row blocks per tile
 constexpr size_t kMaxQ = 3;        // query rows per pass: 3 x 4 accumulators in registers
 constexpr size_t kMaxGroups = 4;
-constexpr uintptr_t kPrefetchBytes = 4096;  // as the other streaming kernels (code_dot_i16.cc)
 
 // The rows' (scale, min) pairs stream from memory as their codes do: a tile asks for the
 // lines of the rows kParamPrefetchRows ahead (4 n_groups bytes a row; the code loops ask for
-// kPrefetchBytes ahead, 256 rows of 16 bytes). Without it, the parameter loads were a
+// kPrefetchAheadBytes ahead, 256 rows of 16 bytes). Without it, the parameter loads were a
 // quarter of TileWeightsI8's samples in a KIVI-2 decode step at depth 8192 (perf annotate),
 // and the 30-layer value pass (kv_codec_bench Accumulate/kivi:bits=2/8192/30) took 5-7%
 // longer. (The 4-bit value kernels of code_dot_i16.cc measured no different with it.)
@@ -230,7 +230,7 @@ KVPACK_I8V_ATTR void RowDotsI8(const int8_t (*wq)[kI8ValueTileRowsMax], const fl
     __m512i raw;
     if constexpr (!kWide) {
       const uint8_t* line = codes + k * kRowBytes;
-      _mm_prefetch(reinterpret_cast<const char*>(line + kPrefetchBytes), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(line + kPrefetchAheadBytes), _MM_HINT_T0);
       raw = left >= 4 ? _mm512_loadu_si512(line)
                       : _mm512_maskz_loadu_epi8((__mmask64{1} << (16 * left)) - 1, line);
     } else {
@@ -240,7 +240,7 @@ KVPACK_I8V_ATTR void RowDotsI8(const int8_t (*wq)[kI8ValueTileRowsMax], const fl
         part[r] = _mm_setzero_si128();
         if (static_cast<size_t>(r) >= left) continue;
         const uint8_t* row = codes + (k + r) * row_bytes + window_byte;
-        _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchBytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchAheadBytes), _MM_HINT_T0);
         part[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row));
       }
       const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(part[0]), part[1], 1);

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "core/half.h"
+#include "ops/prefetch.h"
 #include "ops/query_chunks.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -92,11 +93,11 @@ HWY_INLINE float BlockScale(const uint8_t* p) {
 // once, sharing the loads of x, were slower: 152-161 tok/s, the streams of the rows
 // interleaved.)
 constexpr size_t kQ8PrefetchBytes = 4096;
-// The same distance for the fp16 cache rows of attention (DotRowsBy4, AxpyRowsBlock): they
-// stream from memory once the cache outgrows the CPU's, and the quantized codecs' kernels
-// prefetch too, so the f16 baseline must. Float rows are the dequantized tiles of q8_0 (in
-// L1 already; prefetching past them measured no different) and the f32 reference codec.
-constexpr size_t kRowPrefetchBytes = 4096;
+// The fp16 cache rows of attention (DotRowsBy4, AxpyRowsBlock) ask for the line
+// kPrefetchAheadBytes ahead (ops/prefetch.h), the same distance: they stream from memory once
+// the cache outgrows the CPU's, and the quantized codecs' kernels prefetch too, so the f16
+// baseline must. Float rows are the dequantized tiles of q8_0 (in L1 already; prefetching
+// past them measured no different) and the f32 reference codec.
 template <typename T>
 constexpr bool kStreamsRows = std::is_same_v<T, uint16_t>;
 
@@ -244,7 +245,7 @@ size_t DotRowsBy4(const T* rows, size_t n_rows, size_t dim, const float* q, floa
   size_t t = 0;
   for (; t + 4 <= n_rows; t += 4) {
     if constexpr (kStreamsRows<T>) {
-      const char* next = reinterpret_cast<const char*>(rows + t * dim) + kRowPrefetchBytes;
+      const char* next = reinterpret_cast<const char*>(rows + t * dim) + kPrefetchAheadBytes;
       for (size_t b = 0; b < 4 * dim * sizeof(T); b += 64) hwy::Prefetch(next + b);
     }
     __m256 acc[4 * M];
@@ -301,7 +302,7 @@ HWY_INLINE void AxpyRowsBlock(const float* p, size_t ld, const T* rows, size_t n
     const T* row = rows + t * dim + c;
     if constexpr (kStreamsRows<T>) {
       for (size_t b = 0; b < V * N * sizeof(T); b += 64) {
-        hwy::Prefetch(reinterpret_cast<const char*>(row) + kRowPrefetchBytes + b);
+        hwy::Prefetch(reinterpret_cast<const char*>(row) + kPrefetchAheadBytes + b);
       }
     }
     hn::Vec<decltype(d)> x[V];

@@ -14,6 +14,7 @@
 #include "core/aligned_buffer.h"
 #include "kv/codecs/quant_common.h"
 #include "kv/component_store.h"
+#include "ops/prefetch.h"
 #include "kvpack/status.h"
 
 namespace kvpack {
@@ -31,6 +32,11 @@ class BlockPlanes {
   uint16_t* scales(int64_t t) { return scales_.data() + t * n_blocks_; }
   const uint16_t* scales(int64_t t) const { return scales_.data() + t * n_blocks_; }
 
+  // Asks for the start of both planes' rows [t0, t1) (ops/prefetch.h).
+  void PrefetchRows(int64_t t0, int64_t t1) const {
+    PrefetchStreamStart(codes(t0), (t1 - t0) * row_bytes_);
+    PrefetchStreamStart(scales(t0), (t1 - t0) * n_blocks_ * sizeof(uint16_t));
+  }
   // Keeps the tokens `keep` (ascending, validated here), in order, and frees the rest.
   Status Retain(std::span<const int64_t> keep);
   // Codes and scales; n_values = 32 per block.
@@ -120,6 +126,10 @@ class GgmlPlaneStore : public ComponentStore {
   int n_parts() const { return n_parts_; }
   int part_dim() const { return part_dim_; }
   const BlockPlanes& planes(int head, int part) const { return heads_[head * n_parts_ + part]; }
+  // Every part's PrefetchRows(t0, t1): the start of a Scores or Accumulate call.
+  void PrefetchRows(int head, int64_t t0, int64_t t1) const {
+    for (int part = 0; part < n_parts_; ++part) planes(head, part).PrefetchRows(t0, t1);
+  }
 
   // Part `part` of rows x [n_q, head_dim] with `width` values per part: x itself with one
   // part, else copied to buf as [n_q, width].

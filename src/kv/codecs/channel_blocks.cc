@@ -8,6 +8,7 @@
 #include "ops/code_dot_i16.h"
 #include "ops/code_unpack.h"
 #include "ops/packed_scores.h"
+#include "ops/prefetch.h"
 #include "ops/vec.h"
 
 namespace kvpack {
@@ -81,9 +82,16 @@ void ChannelBlocks::UnpackTile(int64_t a, int64_t e, uint8_t* out) const {
 
 // Per block: q . (code * scale + min) = (q * scale) . code + q . min. With 2- or 4-bit codes
 // q * scale is quantized to int8 per (query row, block): alpha * (q8 . code) in int32.
+void ChannelBlocks::PrefetchRange(int64_t r0, int64_t r1) const {
+  const int64_t b0 = BlockOf(r0), b1 = BlockOf(r1 - 1) + 1;
+  PrefetchStreamStart(&codes_[r0 * row_bytes_], (r1 - r0) * row_bytes_);
+  PrefetchStreamStart(&params_[b0 * 2 * d_], (b1 - b0) * 2 * d_ * sizeof(uint16_t));
+}
+
 void ChannelBlocks::Scores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
                            int64_t ld, int64_t col0) const {
   if (r0 >= r1) return;
+  PrefetchRange(r0, r1);
   if (UseIntegerKeys(bits_)) {  // the blocks the range touches, straight from the packed rows
     const int64_t b0 = BlockOf(r0);
     thread_local std::vector<int64_t> starts;  // relative to r0
@@ -124,6 +132,7 @@ void ChannelBlocks::Scores(int64_t r0, int64_t r1, const float* q, int n_q, floa
 void ChannelBlocks::Accumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld,
                                int64_t col0, float* out) const {
   if (r0 >= r1) return;
+  PrefetchRange(r0, r1);
   CodeTileScratch& t = TileScratch(d_);
   t.acc.resize(static_cast<size_t>(n_q) * d_);
   t.psum.resize(n_q);

@@ -359,6 +359,7 @@ void GearStore::AccumulateOf(GearPart part, int head, const float* p, int n_q, i
 
 void GearStore::Scores(int head, const float* q, int n_q, int64_t t0, int64_t t1,
                        float* scores) const {
+  PrefetchCorrections(head, t0, t1);
   for (GearPart part :
        {GearPart::kQuantized, GearPart::kBuffer, GearPart::kLowRank, GearPart::kSparse}) {
     ScoresOf(part, head, q, n_q, t0, t1, scores);
@@ -367,6 +368,7 @@ void GearStore::Scores(int head, const float* q, int n_q, int64_t t0, int64_t t1
 
 void GearStore::Accumulate(int head, const float* p, int n_q, int64_t t0, int64_t t1,
                            float* out) const {
+  PrefetchCorrections(head, t0, t1);
   for (GearPart part :
        {GearPart::kQuantized, GearPart::kBuffer, GearPart::kLowRank, GearPart::kSparse}) {
     AccumulateOf(part, head, p, n_q, t0, t1, out);

@@ -138,6 +138,13 @@ class GearStore final : public ComponentStore {
   bool is_key() const { return shape_.component == KvComponent::kKey; }
   // x: [n, n_kv_heads, head_dim], fp16-exact. Compresses it as one block of every head.
   void CompressBlock(const float* x, int64_t n, int rank);
+  // Asks for the start of the low-rank factors and outlier cells that tokens [t0, t1) read,
+  // so that they arrive while the backbone computes (ops/prefetch.h).
+  void PrefetchCorrections(int head, int64_t t0, int64_t t1) const {
+    const int64_t split = std::clamp(n_compressed(head), t0, t1);
+    lowrank_[head].PrefetchStart(t0, split);
+    sparse_[head].PrefetchStart(t0, split);
+  }
   // Compresses the buffer (n_b rows) and drops the rows some heads had evicted.
   void FlushBuffer();
   // Retain on the compressed tokens of one head (indices < n_compressed(head)).

@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "core/half.h"
 #include "ops/lowrank_f16.h"
+#include "ops/prefetch.h"
 #include "ops/vec.h"
 
 namespace kvpack {
@@ -128,6 +129,18 @@ void LowRankBlocks::AddAccumulate(int64_t r0, int64_t r1, const float* p, int n_
         LowRankAddAccumulateF16(&a_t_[blk.a_off + (s - blk.first)], blk.n, &b_t_[blk.b_off],
                                 blk.rank, d_, e - s, p + (s - r0), n_q, ld, out);
       });
+}
+
+void LowRankBlocks::PrefetchStart(int64_t r0, int64_t r1) const {
+  const auto factors = [&](const Block& blk, size_t n_blocks) {
+    PrefetchStreamStart(&a_t_[blk.a_off], n_blocks * blk.n * blk.rank * sizeof(uint16_t));
+    PrefetchStreamStart(&b_t_[blk.b_off], n_blocks * d_ * blk.rank * sizeof(uint16_t));
+  };
+  // A part of a block reads A^T's columns [s, e) (the first of its rank rows asked for here).
+  ForEachPiece(r0, r1, factors, [&](const Block& blk, int64_t s, int64_t e) {
+    PrefetchStreamStart(&a_t_[blk.a_off + (s - blk.first)], (e - s) * sizeof(uint16_t));
+    PrefetchStreamStart(&b_t_[blk.b_off], d_ * blk.rank * sizeof(uint16_t));
+  });
 }
 
 void LowRankBlocks::Keep(std::span<const int64_t> keep) {
@@ -277,6 +290,15 @@ void SparseOutliers::AddAccumulate(int64_t r0, int64_t r1, const float* p, int n
       out[i * d_ + e.channel] += Bf16ToFp32(Fp32ToBf16(p[i * ld + (e.row - r0)])) * v;
     }
   }
+}
+
+void SparseOutliers::PrefetchStart(int64_t r0, int64_t r1) const {
+  if (Covered(r1) <= r0) return;
+  const size_t c0 = static_cast<size_t>(r0 / slice_rows()) * cells_per_slice();
+  const size_t c1 = static_cast<size_t>((Covered(r1) - 1) / slice_rows() + 1) * cells_per_slice();
+  PrefetchStreamStart(&cell_begin_[c0], (c1 - c0 + 1) * sizeof(uint32_t));
+  PrefetchStreamStart(&stream_[cell_begin_[c0]],
+                      (cell_begin_[c1] - cell_begin_[c0]) * sizeof(uint32_t));
 }
 
 void SparseOutliers::Keep(std::span<const int64_t> keep) {

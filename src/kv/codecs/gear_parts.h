@@ -48,6 +48,8 @@ class LowRankBlocks {
   // out[i * d + c] += sum_r p[i * ld + (r - r0)] * L[r, c].  out: [n_q, d].
   void AddAccumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld,
                      float* out) const;
+  // Asks for the start of the factors that rows [r0, r1) read (ops/prefetch.h).
+  void PrefetchStart(int64_t r0, int64_t r1) const;
   void Keep(std::span<const int64_t> keep);
   // factor_bytes: 2 bytes per element of A and B; other_bytes: kBlockTableBytes per block.
   void AddMemory(MemoryUsage& m) const;
@@ -130,6 +132,8 @@ class SparseOutliers {
                  int64_t ld) const;
   void AddAccumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld,
                      float* out) const;
+  // Asks for the start of the cells that rows [r0, r1) read (ops/prefetch.h).
+  void PrefetchStart(int64_t r0, int64_t r1) const;
   // Keeps the entries of rows `keep` (ascending), renumbered to their new row indices.
   void Keep(std::span<const int64_t> keep);
   void AddMemory(MemoryUsage& m) const;

@@ -65,6 +65,7 @@ class Q4_0Store final : public GgmlPlaneStore<Q4_0Format> {
   // parts is the sum of its parts' scores.
   void Scores(int head, const float* q, int n_q, int64_t t0, int64_t t1,
               float* scores) const override {
+    PrefetchRows(head, t0, t1);
     const int d = shape().head_dim, pd = part_dim(), n = static_cast<int>(t1 - t0);
     CodeTileScratch& t = TileScratch(d);
     PrepareGroupedQueryI8(q, n_q, d, 32, t);
@@ -82,6 +83,7 @@ class Q4_0Store final : public GgmlPlaneStore<Q4_0Format> {
   // head of several parts accumulates each part in a buffer first.
   void Accumulate(int head, const float* p, int n_q, int64_t t0, int64_t t1,
                   float* out) const override {
+    PrefetchRows(head, t0, t1);
     const int d = shape().head_dim, pd = part_dim(), gp = pd / 32;
     CodeTileScratch& t = TileScratch(d);
     t.msum.assign(static_cast<size_t>(n_q) * (d / 32), 0.0f);

@@ -61,6 +61,7 @@ class Q8_0Store final : public GgmlPlaneStore<Q8_0Format> {
   // scored by the float kernel.
   void Scores(int head, const float* q, int n_q, int64_t t0, int64_t t1,
               float* scores) const override {
+    PrefetchRows(head, t0, t1);
     const int d = shape().head_dim, pd = part_dim(), n = static_cast<int>(t1 - t0);
     if (HasFastQ8_0Scores(pd)) {
       CodeTileScratch& t = TileScratch(d);
@@ -86,6 +87,7 @@ class Q8_0Store final : public GgmlPlaneStore<Q8_0Format> {
   // elsewhere dequantized tiles and float weights.
   void Accumulate(int head, const float* p, int n_q, int64_t t0, int64_t t1,
                   float* out) const override {
+    PrefetchRows(head, t0, t1);
     const int d = shape().head_dim, pd = part_dim();
     if (HasFusedQ8_0ValueKernel(pd, kTileRowsMax)) {
       AccumulateOverParts(n_q, out, [&](int part, float* dst) {

@@ -9,6 +9,7 @@
 #include "ops/code_dot_i16.h"
 #include "ops/code_unpack.h"
 #include "ops/packed_scores.h"
+#include "ops/prefetch.h"
 #include "ops/value_dot_i8.h"
 #include "ops/vec.h"
 
@@ -54,6 +55,13 @@ void TokenGroupRows::Decode(int64_t r0, int64_t r1, int c0, int n, float* out) c
                          &params_[r0 * n_groups_ * 2], n_groups_, out);
 }
 
+// Consecutive rows only: a row list (KCVT's shared value rows after eviction) has no stream.
+void TokenGroupRows::PrefetchSelected(int64_t r0, const int64_t* rows, int64_t n_sel) const {
+  if (rows != nullptr) return;
+  PrefetchStreamStart(&codes_[r0 * row_bytes_], n_sel * row_bytes_);
+  PrefetchStreamStart(&params_[r0 * 2 * n_groups_], n_sel * n_groups_ * 2 * sizeof(uint16_t));
+}
+
 // Selected rows k0..k1 of a Scores/Accumulate call into the scratch tile: consecutive rows in
 // one kernel call, an explicit row list (KCVT's shared value rows) row by row.
 void TokenGroupRows::DecodeSelected(int64_t r0, const int64_t* rows, int64_t k0, int64_t k1, int c0,
@@ -86,6 +94,7 @@ void TokenGroupRows::Scores(int64_t r0, const int64_t* rows, int64_t n_sel, int 
                             const float* q, int n_q, float* scores, int64_t ld,
                             int64_t col0) const {
   if (n_sel <= 0) return;
+  PrefetchSelected(r0, rows, n_sel);
   CodeTileScratch& t = TileScratch(n);
   if (UseIntegerKeys(bits_) && c0 % group_ == 0) {
     ScoresInteger(r0, rows, n_sel, c0, n, q, n_q, scores, ld, col0, t);
@@ -184,6 +193,7 @@ void TokenGroupRows::Accumulate(int64_t r0, const int64_t* rows, int64_t n_sel, 
                                 const float* p, int n_q, int64_t ld, int64_t col0,
                                 float* out) const {
   if (n_sel <= 0) return;
+  PrefetchSelected(r0, rows, n_sel);
   CodeTileScratch& t = TileScratch(n);
   const int g0 = c0 / group_, ng = (c0 + n - 1) / group_ - g0 + 1;  // groups the window touches
   t.msum.assign(static_cast<size_t>(n_q) * ng, 0.0f);

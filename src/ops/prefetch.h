@@ -1,0 +1,35 @@
+// Software prefetch of the streams the attention kernels read from a KV cache.
+//
+// A decode step reads every layer's cache once, after the weights have passed through the CPU
+// caches, so each codec call's arrays come from memory. The streaming kernels ask for the
+// line kPrefetchAheadBytes past the one they read (the hardware prefetchers alone left a
+// 30-layer cache several percent slower per token than a one-layer one; kv_codec_bench). That
+// leaves a call's first kPrefetchAheadBytes of every stream to demand misses, and at depth 512
+// a head's codes, parameters or residual rows are 1 to 16 KiB each: the misses then
+// serialised with the arithmetic, and a 4-bit cache read from memory took the time of its
+// bytes plus that of its arithmetic. PrefetchStreamStart asks for the start of each stream
+// when a call begins, so that the in-loop prefetches take over where it stops
+// (docs/performance-history.md, session 24: 7-20% less attention time from memory at 512;
+// asking for all of a head's data at once measured slower than the first 4 KiB).
+#ifndef KVPACK_OPS_PREFETCH_H_
+#define KVPACK_OPS_PREFETCH_H_
+
+#include <algorithm>
+#include <cstddef>
+
+namespace kvpack {
+
+// How far ahead of their read position the streaming kernels ask for lines.
+constexpr size_t kPrefetchAheadBytes = 4096;
+
+// Asks for the lines of the first min(bytes, kPrefetchAheadBytes) bytes at p (no effect on
+// results; p may be anywhere, prefetches never fault).
+inline void PrefetchStreamStart(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  const size_t n = std::min(bytes, kPrefetchAheadBytes);
+  for (size_t off = 0; off < n; off += 64) __builtin_prefetch(c + off, 0, 3);
+}
+
+}  // namespace kvpack
+
+#endif  // KVPACK_OPS_PREFETCH_H_
