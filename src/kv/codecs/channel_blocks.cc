@@ -80,14 +80,14 @@ void ChannelBlocks::UnpackTile(int64_t a, int64_t e, uint8_t* out) const {
   UnpackCodeRows(&codes_[a * row_bytes_], nullptr, e - a, row_bytes_, 0, d_, bits_, out);
 }
 
-// Per block: q . (code * scale + min) = (q * scale) . code + q . min. With 2- or 4-bit codes
-// q * scale is quantized to int8 per (query row, block): alpha * (q8 . code) in int32.
 void ChannelBlocks::PrefetchRange(int64_t r0, int64_t r1) const {
   const int64_t b0 = BlockOf(r0), b1 = BlockOf(r1 - 1) + 1;
   PrefetchStreamStart(&codes_[r0 * row_bytes_], (r1 - r0) * row_bytes_);
   PrefetchStreamStart(&params_[b0 * 2 * d_], (b1 - b0) * 2 * d_ * sizeof(uint16_t));
 }
 
+// Per block: q . (code * scale + min) = (q * scale) . code + q . min. With 2- or 4-bit codes
+// q * scale is quantized to int8 per (query row, block): alpha * (q8 . code) in int32.
 void ChannelBlocks::Scores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores,
                            int64_t ld, int64_t col0) const {
   if (r0 >= r1) return;
