@@ -10,7 +10,7 @@
 // bytes plus that of its arithmetic. PrefetchStreamStart asks for the start of each stream
 // when a call begins, so that the in-loop prefetches take over where it stops
 // (docs/performance-history.md, session 24: 7-20% less attention time from memory at 512;
-// asking for all of a head's data at once measured slower than the first 4 KiB).
+// asking for all of a head's data at once kept only about a third of the gain).
 #ifndef KVPACK_OPS_PREFETCH_H_
 #define KVPACK_OPS_PREFETCH_H_
 
