@@ -170,7 +170,6 @@ void AccumulateGroup(const uint16_t* a_t, size_t a_stride, const uint16_t* b_t, 
 // the loads of A and B took over half of these kernels' time). Each call asks for the lines
 // kPrefetchAheadBytes past those it reads (of A^T only the columns it reads: a call covers a
 // tile of a block, and a prompt block's rows are thousands of tokens long).
-
 void PrefetchAhead(const uint16_t* p, size_t n) {
   const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
   const uintptr_t end = reinterpret_cast<uintptr_t>(p + n);

@@ -31,13 +31,13 @@ namespace kvpack {
 namespace {
 
 constexpr size_t kMaxQ = 4;  // query rows per pass: rank x rows <= 16 projections per block
-// The factors of a run lie one after another (kv/codecs/gear_parts.h's arenas); each group
-// of blocks asks for the lines kPrefetchAheadBytes past its own, as the per-block kernels do.
 
 KVPACK_LOWRANK_INLINE __m512 LoadF16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
+// The factors of a run lie one after another (kv/codecs/gear_parts.h's arenas); each group
+// of blocks asks for the lines kPrefetchAheadBytes past its own, as the per-block kernels do.
 KVPACK_LOWRANK_INLINE void PrefetchAhead(const uint16_t* p, size_t halves) {
   const char* ahead = reinterpret_cast<const char*>(p) + kPrefetchAheadBytes;
   for (size_t off = 0; off < 2 * halves; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);

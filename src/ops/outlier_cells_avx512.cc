@@ -35,7 +35,6 @@ constexpr int kMaxQueries = 4;  // query rows per pass over the cells
 // Cells are read in stream order; each cell asks for two lines kPrefetchAheadBytes past its start
 // (as the other streaming kernels do, ops/packed_scores.cc). A cell is about two lines long;
 // a loop over its exact lines mispredicted its exit once per cell.
-
 KVPACK_OUTLIER_INLINE void PrefetchCellAhead(const uint32_t* words) {
   const char* ahead = reinterpret_cast<const char*>(words) + kPrefetchAheadBytes;
   _mm_prefetch(ahead, _MM_HINT_T0);

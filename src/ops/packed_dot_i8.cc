@@ -33,7 +33,6 @@ void DotUnpackedRows(const uint8_t* rows, size_t t0, size_t t1, size_t row_bytes
 }
 
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-
 // acc + four u8 x s8 products per 32-bit lane. vpmaddubsw's int16 pairs cannot saturate:
 // codes <= 15 and |q| <= 127 give at most 2 * 15 * 127.
 HWY_INLINE __m512i DotQuadsAdd(__m512i acc, __m512i codes, __m512i q) {

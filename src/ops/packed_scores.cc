@@ -97,7 +97,6 @@ bool CpuHasBlockKernel() {
 // imm8[3:2] = 10: clear the sign; Intel SDM, VRANGEPS).
 constexpr int kMaxAbs = 0x0B;
 
-
 // d = kD channels of kBits-bit codes: W = kD * kBits / 32 dwords per row, so that a tile of
 // 16 rows is W 64-byte vectors.
 template <int kD, int kBits>
