@@ -385,10 +385,15 @@ KVPACK_BLOCK_INLINE void PrepareQueries16(const uint16_t* params, size_t n, cons
 // every block's int8 query (PrepareQueries16: a chain of reductions and divisions per query
 // with no work to overlap it inside one 32-token block), then every block's rows. Block j:
 // rows [starts[j], starts[j + 1]), params at params + 2 kD j.
+// The first phase reads a block's parameters every few dozen cycles, faster than memory
+// answers the prefetches it issues kParamsAhead blocks ahead, so the second phase asks for
+// the parameters of the next phase's blocks, up to n_blocks + n_next (the caller's next tile):
+// attention calls a head's keys a tile of 32 blocks at a time, one phase per call
+// (docs/performance-history.md, session 25).
 template <int kD, int kBits, int NQ>
 KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
-                                  const int64_t* starts, size_t n_blocks, const float* q,
-                                  float* scores, size_t ld) {
+                                  const int64_t* starts, size_t n_blocks, size_t n_next,
+                                  const float* q, float* scores, size_t ld) {
   using S = RowShape<kD, kBits>;
   constexpr size_t kPhase = PhaseBlocks(kD);
   static_assert(kPhase % 16 == 0);
@@ -402,6 +407,11 @@ KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
                                               &alpha[0][g], &xmin[0][g]);
     }
     for (size_t j = 0; j < jn; ++j) {
+      if (j0 + kPhase + j < n_blocks + n_next) {
+        const char* next = reinterpret_cast<const char*>(params + (j0 + kPhase + j) * 2 * kD);
+#pragma GCC unroll 8
+        for (int c = 0; c < kD / 16; ++c) _mm_prefetch(next + 64 * c, _MM_HINT_T0);
+      }
       const size_t r0 = static_cast<size_t>(starts[j0 + j]);
       const size_t r1 = static_cast<size_t>(starts[j0 + j + 1]);
       for (size_t t0 = r0; t0 < r1; t0 += 16) {
@@ -428,11 +438,12 @@ KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
 // Query rows in passes of at most kMaxQ (as ScoreTokenRowsFast's).
 template <int kD, int kBits>
 KVPACK_BLOCK_ATTR void ScoreBlocks(const uint8_t* rows, const uint16_t* params,
-                                   const int64_t* starts, size_t n_blocks, const float* q,
-                                   size_t n_q, float* scores, size_t ld) {
+                                   const int64_t* starts, size_t n_blocks, size_t n_next,
+                                   const float* q, size_t n_q, float* scores, size_t ld) {
   constexpr size_t kMaxQ = 4;
   ForEachQueryChunk<kMaxQ>(n_q, [&](auto m, size_t i) {
-    BlocksPass<kD, kBits, m>(rows, params, starts, n_blocks, q + kD * i, scores + i * ld, ld);
+    BlocksPass<kD, kBits, m>(rows, params, starts, n_blocks, n_next, q + kD * i,
+                             scores + i * ld, ld);
   });
 }
 // How a token row's group parameters are stored: fp16 (scale, min) pairs, [n_rows, groups, 2]
@@ -575,20 +586,22 @@ bool HasFastPackedScores(size_t row_bytes, size_t d, int bits) {
 
 void ScoreChannelBlocksI8(const uint8_t* rows, size_t row_bytes, size_t d, int bits,
                           const uint16_t* params, const int64_t* starts, size_t n_blocks,
-                          const float* q, size_t n_q, float* scores, size_t ld) {
+                          const float* q, size_t n_q, float* scores, size_t ld,
+                          size_t n_next_blocks) {
   if (n_blocks == 0 || n_q == 0) return;
 #if KVPACK_HAVE_BLOCK_KERNEL
   if (HasFastPackedScores(row_bytes, d, bits)) {
     if (d == 64) {
-      (bits == 2 ? ScoreBlocks<64, 2> : ScoreBlocks<64, 4>)(rows, params, starts, n_blocks, q,
-                                                            n_q, scores, ld);
+      (bits == 2 ? ScoreBlocks<64, 2> : ScoreBlocks<64, 4>)(rows, params, starts, n_blocks,
+                                                            n_next_blocks, q, n_q, scores, ld);
     } else {
-      (bits == 2 ? ScoreBlocks<128, 2> : ScoreBlocks<128, 4>)(rows, params, starts, n_blocks, q,
-                                                              n_q, scores, ld);
+      (bits == 2 ? ScoreBlocks<128, 2> : ScoreBlocks<128, 4>)(rows, params, starts, n_blocks,
+                                                              n_next_blocks, q, n_q, scores, ld);
     }
     return;
   }
 #endif
+  (void)n_next_blocks;  // the general path reads block by block; no prefetch
   for (size_t j = 0; j < n_blocks; ++j) {
     const size_t r0 = static_cast<size_t>(starts[j]), r1 = static_cast<size_t>(starts[j + 1]);
     if (r1 > r0) {

@@ -31,9 +31,13 @@ namespace kvpack {
 //   rows: [starts[n_blocks], row_bytes] packed LSB-first codes (bits 2 or 4), row_bytes >=
 //   ceil(d * bits / 8); params: [n_blocks, 2, d] fp16, per block the per-channel scales then
 //   mins; q: [n_q, d]; scores: [n_q, ld].
+// n_next_blocks: how many blocks' parameters follow the range's in memory (at params + 2 d
+// n_blocks on) that the caller reads next (the next tile of the same head); the kernel asks
+// for them while it reads the codes. It changes no result.
 void ScoreChannelBlocksI8(const uint8_t* rows, size_t row_bytes, size_t d, int bits,
                           const uint16_t* params, const int64_t* starts, size_t n_blocks,
-                          const float* q, size_t n_q, float* scores, size_t ld);
+                          const float* q, size_t n_q, float* scores, size_t ld,
+                          size_t n_next_blocks);
 // The scalar twin of one block (n_rows rows, params [2, d]): QuantizeI8Ref of q * scale, DotPackedRowsI8Ref, the same float
 // combination. q8 and alpha are the same as the fast path's; xmin may differ in summation
 // order.

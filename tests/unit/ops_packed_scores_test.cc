@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -72,7 +73,7 @@ TEST(ChannelBlockScores, MatchTheTwinOnEveryTarget) {
                 std::vector<float> fast(n_q * ld, -5.0f), ref(n_q * ld, -5.0f);
                 ScoreChannelBlocksI8(c.rows.data(), row_bytes, d, bits, c.params.data(),
                                      c.starts.data(), sizes.size(), c.q.data(), n_q,
-                                     fast.data(), ld);
+                                     fast.data(), ld, /*n_next_blocks=*/0);
                 for (size_t k = 0; k < sizes.size(); ++k) {
                   ScoreChannelBlockI8Ref(c.rows.data() + c.starts[k] * row_bytes, sizes[k],
                                          row_bytes, d, bits, c.params.data() + k * 2 * d,
@@ -113,6 +114,37 @@ TEST(ChannelBlockScores, MatchTheTwinOnEveryTarget) {
   }
   hwy::SetSupportedTargetsForTest(0);
   if (fast_runs == 0) GTEST_SKIP() << "no AVX512-VNNI: only the general path was compared";
+}
+
+// Attention calls a head's blocks a tile at a time and tells each call how many blocks follow
+// (their parameters are prefetched): the tiles' scores equal one call's over every block, bit
+// for bit, whatever the count says, including 0 and one past what a phase reads.
+TEST(ChannelBlockScores, TilesWithTheirFollowingBlocksEqualOneCall) {
+  std::mt19937 rng(23);
+  std::vector<int64_t> sizes(70, 32);
+  sizes[40] = 11;
+  for (int bits : {2, 4}) {
+    for (size_t d : {64, 128}) {
+      const size_t row_bytes = d * bits / 8, n_q = 3;
+      const Case c = MakeCase(sizes, row_bytes, d, n_q, /*zero_mins=*/false, rng);
+      const size_t n_rows = c.starts.back(), n_blocks = sizes.size();
+      std::vector<float> whole(n_q * n_rows), tiled(n_q * n_rows, -5.0f);
+      ScoreChannelBlocksI8(c.rows.data(), row_bytes, d, bits, c.params.data(), c.starts.data(),
+                           n_blocks, c.q.data(), n_q, whole.data(), n_rows, 0);
+      for (size_t b0 = 0; b0 < n_blocks; b0 += 32) {
+        const size_t nb = std::min<size_t>(32, n_blocks - b0);
+        std::vector<int64_t> starts;
+        for (size_t k = 0; k <= nb; ++k) starts.push_back(c.starts[b0 + k] - c.starts[b0]);
+        const size_t r0 = static_cast<size_t>(c.starts[b0]);
+        ScoreChannelBlocksI8(c.rows.data() + r0 * row_bytes, row_bytes, d, bits,
+                             c.params.data() + b0 * 2 * d, starts.data(), nb, c.q.data(), n_q,
+                             tiled.data() + r0, n_rows, n_blocks - b0 - nb);
+      }
+      for (size_t i = 0; i < n_q * n_rows; ++i) {
+        ASSERT_EQ(tiled[i], whole[i]) << "bits " << bits << " d " << d << " index " << i;
+      }
+    }
+  }
 }
 
 // Per-token rows with one or two (scale, min) groups: the fast path (AVX512-VNNI, d 64 or

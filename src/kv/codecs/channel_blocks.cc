@@ -100,8 +100,10 @@ void ChannelBlocks::Scores(int64_t r0, int64_t r1, const float* q, int n_q, floa
       starts.push_back(BlockStart(b) - r0);
     }
     starts.push_back(r1 - r0);
+    const size_t n_range = starts.size() - 1;
     ScoreChannelBlocksI8(&codes_[r0 * row_bytes_], row_bytes_, d_, bits_, &params_[b0 * 2 * d_],
-                         starts.data(), starts.size() - 1, q, n_q, scores + col0, ld);
+                         starts.data(), n_range, q, n_q, scores + col0, ld,
+                         static_cast<size_t>(n_blocks() - b0) - n_range);
     return;
   }
   CodeTileScratch& t = TileScratch(d_);
