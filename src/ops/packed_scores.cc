@@ -387,9 +387,9 @@ KVPACK_BLOCK_INLINE void PrepareQueries16(const uint16_t* params, size_t n, cons
 // rows [starts[j], starts[j + 1]), params at params + 2 kD j.
 // The first phase reads a block's parameters every few dozen cycles, faster than memory
 // answers the prefetches it issues kParamsAhead blocks ahead, so the second phase asks for
-// the parameters of the next phase's blocks, up to n_blocks + n_next (the caller's next tile):
-// attention calls a head's keys a tile of 32 blocks at a time, one phase per call
-// (docs/performance-history.md, session 25).
+// the parameters of as many blocks as it scores, those that follow its own, up to n_blocks
+// + n_next (the caller's next tile): attention calls a head's keys a tile of 1024 tokens at
+// a time, 32 of KIVI's blocks, one phase per call (docs/performance-history.md, session 25).
 template <int kD, int kBits, int NQ>
 KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
                                   const int64_t* starts, size_t n_blocks, size_t n_next,
@@ -407,8 +407,8 @@ KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
                                               &alpha[0][g], &xmin[0][g]);
     }
     for (size_t j = 0; j < jn; ++j) {
-      if (j0 + kPhase + j < n_blocks + n_next) {
-        const char* next = reinterpret_cast<const char*>(params + (j0 + kPhase + j) * 2 * kD);
+      if (j0 + jn + j < n_blocks + n_next) {
+        const char* next = reinterpret_cast<const char*>(params + (j0 + jn + j) * 2 * kD);
 #pragma GCC unroll 8
         for (int c = 0; c < kD / 16; ++c) _mm_prefetch(next + 64 * c, _MM_HINT_T0);
       }
