@@ -96,8 +96,18 @@ void BM_Attention(benchmark::State& state, const std::string& spec_text, Parts p
       for (int h = 0; h < kHeads; ++h) {
         for (int64_t t0 = 0; t0 < depth; t0 += tile) {
           const int64_t t1 = std::min(depth, t0 + tile);
+          // Attention's prefetches one call ahead (kv/attention.cc), within a layer: the
+          // next layer's attention comes after the weights in a decode step.
+          if (parts == Parts::kBoth) values[l]->Prefetch(h, t0, t1);
           if (parts != Parts::kAccumulate) {
             keys[l]->Scores(h, q.data(), kGroup, t0, t1, scores.data());
+          }
+          if (parts == Parts::kBoth) {
+            if (t1 < depth) {
+              keys[l]->Prefetch(h, t1, std::min(depth, t1 + tile));
+            } else if (h + 1 < kHeads) {
+              keys[l]->Prefetch(h + 1, 0, std::min(depth, tile));
+            }
           }
           // Probabilities stand-in: the scores themselves (the work does not depend on values;
           // Accumulate alone reads the first tile's scores, filled once above).

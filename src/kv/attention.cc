@@ -120,8 +120,20 @@ void Attend(const KvCache& cache, int layer, const AttentionChunk& chunk, float*
       for (int64_t t0 = it.t0; t0 < it.t1; t0 += tile) {
         const int64_t t1 = std::min(it.t1, t0 + tile), n = t1 - t0;
         sbuf.resize(static_cast<size_t>(n_q) * n);
+        // Each call's first lines are asked for one call ahead (ComponentStore::Prefetch):
+        // the tile's values while its keys are scored, the next keys (the next tile, or this
+        // thread's next item) while the values are read. A short cache is a call or two per
+        // head, and its first lines otherwise came from memory while the call waited
+        // (docs/performance-history.md, session 25).
+        values.Prefetch(it.kv_head, t0, t1);
         keys.Scores(it.kv_head, qbuf.data(), n_q, t0, t1, sbuf.data());
         FoldTile(st, sbuf.data(), n_q, n, d);
+        if (t1 < it.t1) {
+          keys.Prefetch(it.kv_head, t1, std::min(it.t1, t1 + tile));
+        } else if (w + 1 < end) {
+          const WorkItem& next = items[w + 1];
+          keys.Prefetch(next.kv_head, next.t0, std::min(next.t1, next.t0 + tile));
+        }
         values.Accumulate(it.kv_head, sbuf.data(), n_q, t0, t1, st.acc.data());
       }
       if (!it.fresh) continue;

@@ -80,6 +80,13 @@ class ComponentStore {
   virtual void Accumulate(int head, const float* p, int n_q, int64_t t0, int64_t t1,
                           float* out) const = 0;
 
+  // Asks for the first lines of what Scores or Accumulate over [t0, t1) of `head` reads, so
+  // that a caller can have them on the way while it works on something else. No effect on
+  // any result; stores that do not implement it ignore it.
+  virtual void Prefetch(int head, int64_t t0, int64_t t1) const {
+    (void)head, (void)t0, (void)t1;
+  }
+
   // Reconstruction of tokens [t0, t1) as floats (test oracle, error reports).
   //   out: [t1 - t0, head_dim].
   virtual void Decode(int head, int64_t t0, int64_t t1, float* out) const = 0;

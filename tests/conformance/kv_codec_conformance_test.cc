@@ -506,6 +506,40 @@ TEST_P(CodecConformance, FusedKernelsMatchDecode) {
   }
 }
 
+// Prefetch (attention asks for the next call's first lines) over every kind of range, empty,
+// inside the quantized part, across the residual, past the newest token's tile, changes no
+// score and no accumulated value, bit for bit (and, under the sanitizers, touches nothing).
+TEST_P(CodecConformance, PrefetchChangesNoResult) {
+  const int64_t n = 333;
+  const int n_q = 3;
+  const auto rows = Normal(n * kHeads * d(), 13);
+  auto s = Make();
+  AppendChunked(*s, rows, n, 7);
+  const auto q = Normal(n_q * d(), 14, 0.5f);
+  const std::vector<std::pair<int64_t, int64_t>> ranges = {
+      {0, 0}, {0, 128}, {128, 256}, {256, 333}, {5, 133}, {300, 333}, {333, 333}, {0, n}};
+  for (int h = 0; h < kHeads; ++h) {
+    for (auto [t0, t1] : ranges) {
+      const int64_t m = t1 - t0;
+      if (m == 0) continue;  // empty ranges only as Prefetch's
+      const auto p = Normal(n_q * m, 15 + t0, 0.3f);
+      std::vector<float> scores(n_q * m), scores_after(n_q * m);
+      std::vector<float> out(n_q * d(), 0.0f), out_after(n_q * d(), 0.0f);
+      s->Scores(h, q.data(), n_q, t0, t1, scores.data());
+      s->Accumulate(h, p.data(), n_q, t0, t1, out.data());
+      for (int g = 0; g < kHeads; ++g) {
+        for (auto [u0, u1] : ranges) s->Prefetch(g, u0, u1);
+      }
+      s->Scores(h, q.data(), n_q, t0, t1, scores_after.data());
+      s->Accumulate(h, p.data(), n_q, t0, t1, out_after.data());
+      ASSERT_EQ(0, std::memcmp(scores.data(), scores_after.data(), scores.size() * sizeof(float)))
+          << "head " << h << " tokens " << t0 << ".." << t1;
+      ASSERT_EQ(0, std::memcmp(out.data(), out_after.data(), out.size() * sizeof(float)))
+          << "head " << h << " tokens " << t0 << ".." << t1;
+    }
+  }
+}
+
 TEST_P(CodecConformance, MemoryMatchesFormatFormula) {
   const Format* f = format();
   for (int64_t n : {0, 1, 17, 100, 129, 300}) {

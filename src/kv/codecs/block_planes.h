@@ -121,6 +121,8 @@ class GgmlPlaneStore : public ComponentStore {
     return m;
   }
 
+  void Prefetch(int head, int64_t t0, int64_t t1) const override { PrefetchRows(head, t0, t1); }
+
  protected:
   const StoreShape& shape() const { return shape_; }
   int n_parts() const { return n_parts_; }

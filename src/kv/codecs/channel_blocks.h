@@ -36,10 +36,11 @@ class ChannelBlocks {
   void Clear();
   void AddMemory(MemoryUsage& m) const;
 
- private:
-  int64_t BlockOf(int64_t r) const;  // index of the block holding row r
   // Asks for the start of the codes and parameters of rows [r0, r1) (ops/prefetch.h).
   void PrefetchRange(int64_t r0, int64_t r1) const;
+
+ private:
+  int64_t BlockOf(int64_t r) const;  // index of the block holding row r
   // First row of block b (b < n_blocks()).
   int64_t BlockStart(int64_t b) const {
     return uniform_rows_ > 0 ? b * uniform_rows_ : block_start_[b];

@@ -38,6 +38,10 @@ class FlexGenStore final : public ComponentStore {
     heads_[head].Scores(t0, nullptr, t1 - t0, 0, shape_.head_dim, q, n_q, scores, t1 - t0, 0);
   }
 
+  void Prefetch(int head, int64_t t0, int64_t t1) const override {
+    heads_[head].PrefetchSelected(t0, nullptr, t1 - t0);
+  }
+
   void Accumulate(int head, const float* p, int n_q, int64_t t0, int64_t t1,
                   float* out) const override {
     heads_[head].Accumulate(t0, nullptr, t1 - t0, 0, shape_.head_dim, p, n_q, t1 - t0, 0, out);

@@ -50,18 +50,22 @@ void Fp16Rows::Clear() {
   data_ = AlignedBuffer<uint16_t>();
 }
 
+void Fp16Rows::PrefetchRows(int64_t r0, int64_t r1) const {
+  if (r0 < r1) PrefetchStreamStart(Row(r0), (r1 - r0) * d_ * sizeof(uint16_t));
+}
+
 // The residual rows are one contiguous fp16 tile: the plain f16 store's tile kernels.
 void Fp16Rows::Scores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores, int64_t ld,
                       int64_t col0) const {
   if (r0 >= r1) return;
-  PrefetchStreamStart(Row(r0), (r1 - r0) * d_ * sizeof(uint16_t));
+  PrefetchRows(r0, r1);
   DotRowsF16(Row(r0), r1 - r0, d_, q, n_q, scores + col0, ld);
 }
 
 void Fp16Rows::Accumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld, int64_t col0,
                           float* out) const {
   if (r0 >= r1) return;
-  PrefetchStreamStart(Row(r0), (r1 - r0) * d_ * sizeof(uint16_t));
+  PrefetchRows(r0, r1);
   AxpyRowsF16(p + col0, n_q, ld, Row(r0), r1 - r0, d_, out);
 }
 

@@ -23,6 +23,8 @@ class Fp16Rows {
   void PopFront(int64_t n);
   void Keep(std::span<const int64_t> keep);
   void Clear();
+  // Asks for the start of rows [r0, r1) (ops/prefetch.h), as Scores and Accumulate do.
+  void PrefetchRows(int64_t r0, int64_t r1) const;
   void Scores(int64_t r0, int64_t r1, const float* q, int n_q, float* scores, int64_t ld,
               int64_t col0) const;
   void Accumulate(int64_t r0, int64_t r1, const float* p, int n_q, int64_t ld, int64_t col0,

@@ -107,6 +107,13 @@ class GearStore final : public ComponentStore {
               float* scores) const override;
   void Accumulate(int head, const float* p, int n_q, int64_t t0, int64_t t1,
                   float* out) const override;
+  // The backbone's compressed tokens and the corrections (the buffer rows are gathered per
+  // call, so they are not asked for).
+  void Prefetch(int head, int64_t t0, int64_t t1) const override {
+    const int64_t split = std::clamp(n_compressed(head), t0, t1);
+    if (split > t0) backbone_->Prefetch(head, t0, split);
+    PrefetchCorrections(head, t0, t1);
+  }
   void Decode(int head, int64_t t0, int64_t t1, float* out) const override;
   Status Retain(int head, std::span<const int64_t> keep) override;
   bool per_head_retain() const override { return backbone_->per_head_retain(); }

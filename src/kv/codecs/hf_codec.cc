@@ -77,6 +77,14 @@ class HfStore final : public ComponentStore {
     H.residual.Scores(split - nq, t1 - nq, q, n_q, scores, n, split - t0);
   }
 
+  void Prefetch(int head, int64_t t0, int64_t t1) const override {
+    const HfHead& H = heads_[head];
+    const int64_t nq = n_quantized(H), split = std::clamp(nq, t0, t1);
+    if (split > t0 && per_token_) H.tokens.PrefetchSelected(t0, nullptr, split - t0);
+    if (split > t0 && !per_token_) H.channels.PrefetchRange(t0, split);
+    H.residual.PrefetchRows(split - nq, t1 - nq);
+  }
+
   void Accumulate(int head, const float* p, int n_q, int64_t t0, int64_t t1,
                   float* out) const override {
     const HfHead& H = heads_[head];

@@ -56,6 +56,12 @@ class KcvtKeyStore final : public ComponentStore {
     buf_[head].Scores(split - nq, t1 - nq, q, n_q, scores, n, split - t0);
   }
 
+  void Prefetch(int head, int64_t t0, int64_t t1) const override {
+    const int64_t nq = blocks_[head].n_rows(), split = std::clamp(nq, t0, t1);
+    if (split > t0) blocks_[head].PrefetchRange(t0, split);
+    buf_[head].PrefetchRows(split - nq, t1 - nq);
+  }
+
   void Accumulate(int head, const float* p, int n_q, int64_t t0, int64_t t1,
                   float* out) const override {
     const int64_t nq = blocks_[head].n_rows(), n = t1 - t0, split = std::clamp(nq, t0, t1);

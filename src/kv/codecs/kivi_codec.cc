@@ -78,6 +78,14 @@ class KiviStore final : public ComponentStore {
     H.residual.Scores(split - nq, t1 - nq, q, n_q, scores, n, split - t0);
   }
 
+  void Prefetch(int head, int64_t t0, int64_t t1) const override {
+    const KiviHead& H = heads_[head];
+    const int64_t nq = n_quantized(head), split = std::clamp(nq, t0, t1);
+    if (split > t0 && is_key()) H.keys.PrefetchRange(t0, split);
+    if (split > t0 && !is_key()) H.values.PrefetchSelected(t0, nullptr, split - t0);
+    H.residual.PrefetchRows(split - nq, t1 - nq);
+  }
+
   void Accumulate(int head, const float* p, int n_q, int64_t t0, int64_t t1,
                   float* out) const override {
     const KiviHead& H = heads_[head];

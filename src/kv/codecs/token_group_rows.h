@@ -41,9 +41,10 @@ class TokenGroupRows {
   // code_bytes += codes, scale_bytes / zero_bytes += 2 bytes per group per row.
   void AddMemory(MemoryUsage& m) const;
 
- private:
   // Asks for the start of the codes and parameters of a call's rows (ops/prefetch.h).
   void PrefetchSelected(int64_t r0, const int64_t* rows, int64_t n_sel) const;
+
+ private:
   // Scores of 2/4-bit codes with an int8 query (window aligned to the groups).
   void ScoresInteger(int64_t r0, const int64_t* rows, int64_t n_sel, int c0, int n,
                      const float* q, int n_q, float* scores, int64_t ld, int64_t col0,
