@@ -510,11 +510,10 @@ TEST_P(CodecConformance, FusedKernelsMatchDecode) {
 // inside the quantized part, across the residual, past the newest token's tile, changes no
 // score and no accumulated value, bit for bit (and, under the sanitizers, touches nothing).
 TEST_P(CodecConformance, PrefetchChangesNoResult) {
-  const int64_t n = 333;
+  const int64_t n = 333;  // as FusedKernelsMatchDecode's: residuals and partial blocks
   const int n_q = 3;
-  const auto rows = Normal(n * kHeads * d(), 13);
   auto s = Make();
-  AppendChunked(*s, rows, n, 7);
+  AppendChunked(*s, Normal(n * kHeads * d(), 13), n, 7);
   const auto q = Normal(n_q * d(), 14, 0.5f);
   const std::vector<std::pair<int64_t, int64_t>> ranges = {
       {0, 0}, {0, 128}, {128, 256}, {256, 333}, {5, 133}, {300, 333}, {333, 333}, {0, n}};
