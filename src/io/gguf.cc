@@ -356,6 +356,11 @@ Result<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
       ::close(fd);
       return IoError("cannot mmap '" + path + "': " + err);
     }
+    // Weights are streamed once per decode step: ask for PMD-sized (2 MiB) page-cache folios
+    // and mappings, so that a file read in cold through this mapping is mapped with huge
+    // pages (core/huge_pages.h has the measurement). Advice only: a file already cached in
+    // small folios stays in them, and an error (no THP in the kernel) changes nothing.
+    ::madvise(m, size, MADV_HUGEPAGE);
     file->mapping_ = m;
     file->base_ = static_cast<const uint8_t*>(m);
   }

@@ -77,6 +77,7 @@ class GgufFile {
   uint32_t alignment() const { return alignment_; }
   size_t data_offset() const { return data_offset_; }
   size_t file_size() const { return size_; }
+  const uint8_t* bytes() const { return base_; }  // the whole file, [file_size()]
 
   const std::vector<GgufKeyValue>& metadata() const { return metadata_; }
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }

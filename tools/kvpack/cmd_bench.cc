@@ -3,6 +3,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/huge_pages.h"
 #include "eval/speed_bench.h"
 #include "tools/kvpack/commands.h"
 
@@ -20,6 +21,19 @@ std::vector<T> ParseList(const std::string& s) {
     if (is >> v) out.push_back(v);
   }
   return out;
+}
+
+// The weights' page size moves decode speed (core/huge_pages.h) and depends on how the file
+// entered the page cache, so a benchmark says which it had.
+void PrintWeightPages(const GgufFile& file) {
+  const auto pages = HugePagesOf(file.bytes(), file.file_size());
+  if (!pages) {
+    std::printf("weights: %s, page sizes unknown (no /proc/self/smaps)\n",
+                FormatBytes(file.file_size()).c_str());
+    return;
+  }
+  std::printf("weights: %s mapped, %s of it in huge pages\n",
+              FormatBytes(pages->range_bytes).c_str(), FormatBytes(pages->huge_bytes).c_str());
 }
 
 }  // namespace
@@ -84,6 +98,7 @@ Runner RegisterBench(CLI::App& app) {
                   FormatBytes(p.bytes_per_token).c_str(), 100.0 * p.decode_tok_s / roof,
                   100.0 * p.decode_tok_s / read_roof);
     }
+    PrintWeightPages((*model)->file());
     for (int t : o.threads) {
       std::printf("threads %d: copy bandwidth %.1f GB/s, read bandwidth %.1f GB/s\n", t,
                   bandwidth[t] / 1e9, read_bandwidth[t] / 1e9);
