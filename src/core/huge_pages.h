@@ -2,7 +2,7 @@
 //
 // A decode step streams every weight once, so the page size of the weights' mapping shows in
 // its speed: on the Zen 5 host of docs/performance-history.md (session 26), a 1-thread decode
-// at depth 0 ran 7.5% faster (median of four runs) with the model file's page-cache folios in
+// at depth 0 ran 7.6% faster (median of four runs) with the model file's page-cache folios in
 // 2 MiB pages than in 4 KiB ones. Which one a run gets depends on how the file entered the
 // page cache, not on kvpack, so `kvpack bench` reports it next to its figures.
 #ifndef KVPACK_CORE_HUGE_PAGES_H_
