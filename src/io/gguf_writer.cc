@@ -100,6 +100,15 @@ void PutValue(ByteSink& s, GgufValueType type, const GgufValue& v) {
   }
 }
 
+// Appends one array element built in place: pushing a temporary GgufValue made GCC 12 report
+// the moved variant's string as maybe-uninitialized in the sanitizer build.
+template <typename T>
+void AppendValue(std::vector<GgufValue>& values, GgufValueType type, T v) {
+  GgufValue& x = values.emplace_back();
+  x.type = type;
+  x.data.emplace<T>(std::move(v));
+}
+
 GgufValue MakeArray(GgufValueType element_type, std::vector<GgufValue> values) {
   auto a = std::make_shared<GgufArray>();
   a->element_type = element_type;
@@ -140,19 +149,19 @@ void GgufWriter::SetBool(const std::string& key, bool v) {
 void GgufWriter::SetStringArray(const std::string& key, const std::vector<std::string>& v) {
   std::vector<GgufValue> values;
   values.reserve(v.size());
-  for (const std::string& s : v) values.push_back(GgufValue{GgufValueType::kString, s});
+  for (const std::string& s : v) AppendValue(values, GgufValueType::kString, s);
   Set(key, MakeArray(GgufValueType::kString, std::move(values)));
 }
 void GgufWriter::SetFloat32Array(const std::string& key, const std::vector<float>& v) {
   std::vector<GgufValue> values;
   values.reserve(v.size());
-  for (float f : v) values.push_back(GgufValue{GgufValueType::kFloat32, double{f}});
+  for (float f : v) AppendValue(values, GgufValueType::kFloat32, double{f});
   Set(key, MakeArray(GgufValueType::kFloat32, std::move(values)));
 }
 void GgufWriter::SetInt32Array(const std::string& key, const std::vector<int32_t>& v) {
   std::vector<GgufValue> values;
   values.reserve(v.size());
-  for (int32_t i : v) values.push_back(GgufValue{GgufValueType::kInt32, int64_t{i}});
+  for (int32_t i : v) AppendValue(values, GgufValueType::kInt32, int64_t{i});
   Set(key, MakeArray(GgufValueType::kInt32, std::move(values)));
 }
 

@@ -286,8 +286,12 @@ KVPACK_VNNI_ATTR void ChunkI16Nibbles(const int16_t* wq, size_t ldq, size_t ng, 
 #pragma GCC unroll 2
       for (int g = 0; g < kGroups; ++g) {
         const __m512i wv = WeightPair(wrow[i][g], k);
-#pragma GCC unroll 2
-        for (int h = g * 2 / kGroups; h < (g + 1) * 2 / kGroups; ++h) {
+        // Group g's weights meet the halves it covers: both when one group spans the chunk,
+        // half g when two do. (No unroll pragma: with 1 or 2 trips the compiler unrolls it
+        // anyway, and the sanitizer build warned that it ignored the pragma.)
+        constexpr int kHalvesPerGroup = 2 / kGroups;
+        for (int e = 0; e < kHalvesPerGroup; ++e) {
+          const int h = g * kHalvesPerGroup + e;
           acc[i][h][0] = DotPairsAdd(acc[i][h][0], pairs[h][0], wv);
           acc[i][h][1] = DotPairsAdd(acc[i][h][1], pairs[h][1], wv);
         }
