@@ -66,12 +66,23 @@ HugePageStats HugePagesInSmaps(std::string_view smaps, uintptr_t begin, uintptr_
 }
 
 std::optional<HugePageStats> HugePagesOf(const void* p, size_t n) {
+  return HugePagesOf({{p, n}});
+}
+
+std::optional<HugePageStats> HugePagesOf(const std::vector<std::pair<const void*, size_t>>& ranges) {
   std::ifstream in("/proc/self/smaps");
   if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
-  const auto begin = reinterpret_cast<uintptr_t>(p);
-  return HugePagesInSmaps(text.str(), begin, begin + n);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  HugePageStats sum;
+  for (const auto& [p, n] : ranges) {
+    const auto begin = reinterpret_cast<uintptr_t>(p);
+    const HugePageStats s = HugePagesInSmaps(text, begin, begin + n);
+    sum.range_bytes += s.range_bytes;
+    sum.huge_bytes += s.huge_bytes;
+  }
+  return sum;
 }
 
 }  // namespace kvpack

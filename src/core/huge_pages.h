@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace kvpack {
 
@@ -26,6 +28,8 @@ HugePageStats HugePagesInSmaps(std::string_view smaps, uintptr_t begin, uintptr_
 
 // The same for this process's [p, p + n); nullopt where /proc/self/smaps cannot be read.
 std::optional<HugePageStats> HugePagesOf(const void* p, size_t n);
+// The sum over (start, bytes) ranges, from one reading of /proc/self/smaps.
+std::optional<HugePageStats> HugePagesOf(const std::vector<std::pair<const void*, size_t>>& ranges);
 
 }  // namespace kvpack
 

@@ -6,6 +6,8 @@
 #include <random>
 
 #include "core/aligned_buffer.h"
+#include "core/huge_page_arena.h"
+#include "core/huge_pages.h"
 #include "core/thread_pool.h"
 #include "kv/spec.h"
 #include "model/llama_forward.h"
@@ -259,7 +261,15 @@ Result<std::vector<SpeedPoint>> MeasureSpeed(std::shared_ptr<const LlamaModel> m
           KVPACK_RETURN_IF_ERROR(status);
         }
       }
+      double arena_used = 0.0, arena_huge = 0.0;
+      if (const HugePageArena* arena = BufferArena()) {
+        arena_used = static_cast<double>(arena->GetStats().used_bytes);
+        const auto pages = HugePagesOf(arena->ChunkRanges());
+        arena_huge = pages ? static_cast<double>(pages->huge_bytes) : -1.0;
+      }
       for (size_t s = 0; s < specs.size(); ++s) {
+        round[s].arena_used_bytes = arena_used;
+        round[s].arena_huge_bytes = arena_huge;
         for (auto& t : prompt) t = tok(rng);
         round[s].prefill_tok_s = TimeTokens(*timed[s], prompt, false, status);
         KVPACK_RETURN_IF_ERROR(status);

@@ -33,6 +33,10 @@ struct SpeedPoint {
   double bytes_per_token = 0.0;    // weights + KV payload read by one decode step
   double kv_bytes = 0.0;           // KV payload at the decode point
   double kv_bits_per_value = 0.0;  // of the payload at the decode point
+  // The huge-page arena (core/huge_page_arena.h) after the point's decode steps, shared by
+  // all the point's caches (they are held at once); zero where the arena is off.
+  double arena_used_bytes = 0.0;  // buffers in it
+  double arena_huge_bytes = 0.0;  // of its chunks, bytes in 2 MiB pages (-1: unknown)
 };
 
 struct SpeedOptions {

@@ -1,8 +1,10 @@
 #include <cstdio>
 #include <memory>
 #include <map>
+#include <set>
 #include <sstream>
 
+#include "core/huge_page_arena.h"
 #include "core/huge_pages.h"
 #include "eval/speed_bench.h"
 #include "tools/kvpack/commands.h"
@@ -34,6 +36,22 @@ void PrintWeightPages(const GgufFile& file) {
   }
   std::printf("weights: %s mapped, %s of it in huge pages\n",
               FormatBytes(pages->range_bytes).c_str(), FormatBytes(pages->huge_bytes).c_str());
+}
+
+// The caches' page size moves decode speed at long depth as well (core/huge_page_arena.h).
+void PrintCachePages(const std::vector<SpeedPoint>& points) {
+  if (!BufferArena()) {
+    std::printf("KV caches: huge-page arena off (sanitizer build or KVPACK_HUGE_PAGES=0)\n");
+    return;
+  }
+  std::set<std::pair<int64_t, int>> seen;
+  for (const SpeedPoint& p : points) {
+    if (!seen.insert({p.depth, p.n_threads}).second) continue;
+    std::printf("KV caches at depth %lld, %d thread(s): %s of buffers in the huge-page arena, "
+                "%s of its pages huge\n",
+                static_cast<long long>(p.depth), p.n_threads, FormatBytes(p.arena_used_bytes).c_str(),
+                p.arena_huge_bytes < 0 ? "unknown" : FormatBytes(p.arena_huge_bytes).c_str());
+  }
 }
 
 }  // namespace
@@ -99,6 +117,7 @@ Runner RegisterBench(CLI::App& app) {
                   100.0 * p.decode_tok_s / read_roof);
     }
     PrintWeightPages((*model)->file());
+    PrintCachePages(*points);
     for (int t : o.threads) {
       std::printf("threads %d: copy bandwidth %.1f GB/s, read bandwidth %.1f GB/s\n", t,
                   bandwidth[t] / 1e9, read_bandwidth[t] / 1e9);
