@@ -21,6 +21,9 @@ namespace {
 
 size_t DivUp(size_t a, size_t b) { return (a + b - 1) / b; }
 
+// Larger requests are refused (nullptr) before any rounding could overflow.
+constexpr size_t kMaxBytes = size_t{1} << 48;
+
 }  // namespace
 
 HugePageArena::~HugePageArena() {
@@ -83,7 +86,7 @@ void HugePageArena::MarkRun(Chunk& chunk, size_t first, size_t n, bool in_use) {
 }
 
 void* HugePageArena::Allocate(size_t bytes) {
-  if (bytes == 0) return nullptr;
+  if (bytes == 0 || bytes > kMaxBytes) return nullptr;
   const size_t n = DivUp(bytes, kUnitBytes);
   std::lock_guard<std::mutex> lock(mu_);
   size_t first = 0;

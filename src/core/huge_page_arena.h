@@ -37,7 +37,8 @@ class HugePageArena {
   HugePageArena& operator=(const HugePageArena&) = delete;
   ~HugePageArena();  // unmaps every chunk, freed or not
 
-  // At least `bytes` (> 0), aligned to kUnitBytes; nullptr where the system refuses memory.
+  // At least `bytes`, aligned to kUnitBytes; nullptr for 0 bytes, for more than 2^48, and
+  // where the system refuses memory.
   void* Allocate(size_t bytes);
   // Gives back a buffer from Allocate and returns true; false (nothing done) where `p` does
   // not lie in this arena. A pointer inside the arena that is not a live buffer is a bug.

@@ -124,6 +124,14 @@ TEST(HugePageArena, FreedUnitsAreReusedFirstFit) {
   EXPECT_EQ(Addr(arena.Allocate(kUnit)), Addr(c) + 4 * kUnit);      // after the last buffer
 }
 
+TEST(HugePageArena, ImpossibleRequestsGetNothing) {
+  Arena arena;
+  EXPECT_EQ(arena.Allocate(0), nullptr);
+  EXPECT_EQ(arena.Allocate(~size_t{0}), nullptr);  // would wrap around when rounded up
+  EXPECT_EQ(arena.Allocate(~size_t{0} / 2), nullptr);
+  EXPECT_EQ(arena.GetStats().chunks, 0u);
+}
+
 TEST(HugePageArena, ForeignPointersAreNotFreed) {
   Arena arena;
   void* mine = arena.Allocate(kUnit);
