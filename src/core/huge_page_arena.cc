@@ -39,7 +39,7 @@ bool HugePageArena::MapChunk(size_t bytes, Chunk& chunk) {
   const uintptr_t start = reinterpret_cast<uintptr_t>(m);
   const uintptr_t aligned = (start + kPageBytes - 1) / kPageBytes * kPageBytes;
   if (aligned > start) ::munmap(m, aligned - start);
-  const uintptr_t tail = start + bytes + kPageBytes - (aligned + bytes);
+  const uintptr_t tail = start + kPageBytes - aligned;  // mapped past aligned + bytes
   if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + bytes), tail);
 #ifdef MADV_HUGEPAGE
   ::madvise(reinterpret_cast<void*>(aligned), bytes, MADV_HUGEPAGE);  // advice only

@@ -4,7 +4,8 @@
 // 4 KiB of it needs its own TLB entry. On the Zen 5 host of docs/performance-history.md
 // (session 26) the `f16` cache decoded 12-20% faster at depth 8192 once glibc's heap asked
 // for huge pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1), while KIVI-2, whose cache is a
-// seventh of the size, did not change. Kernels whose transparent-huge-page mode is
+// seventh of the size, did not change; with this arena (session 27, three alternating runs
+// against KVPACK_HUGE_PAGES=0) `f16` ran 7% faster and KIVI-2 the same. Kernels whose transparent-huge-page mode is
 // `madvise` (that host's, Ubuntu's) give 2 MiB pages only to ranges that ask with
 // madvise(MADV_HUGEPAGE), and one store's buffer (1 MiB for a head of `f16` keys at 8192
 // tokens) cannot hold a 2 MiB page by itself. So the arena carves many buffers out of
