@@ -15,6 +15,7 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
+#include "ops/reduce_avx512.h"
 #include "ops/value_tile_avx512.h"
 #define KVPACK_HAVE_I8V_KERNEL 1
 #define KVPACK_I8V_ATTR \
@@ -50,15 +51,16 @@ bool CpuHasI8ValueKernel() {
 
 constexpr int kBlocks = static_cast<int>(kI8ValueTileRowsMax / 16);  // 16-row blocks per tile
 constexpr size_t kMaxQ = 3;        // query rows per pass: 3 x 4 accumulators in registers
-constexpr size_t kMaxGroups = 4;
 
-// The rows' (scale, min) pairs stream from memory as their codes do: a tile asks for the
-// lines of the rows kParamPrefetchRows ahead (4 n_groups bytes a row; the code loops ask for
-// kPrefetchAheadBytes ahead, 256 rows of 16 bytes). Without it, the parameter loads were a
-// quarter of TileWeightsI8's samples in a KIVI-2 decode step at depth 8192 (perf annotate),
-// and the 30-layer value pass (kv_codec_bench Accumulate/kivi:bits=2/8192/30) took 5-7%
-// longer. (The 4-bit value kernels of code_dot_i16.cc measured no different with it.)
-constexpr size_t kParamPrefetchRows = 256;
+// The rows' (scale, min) pairs stream from memory as their codes do: while a phase multiplies
+// tile t with its codes, it asks for the parameters of the next phase's tile t
+// (kParamPrefetchRows = a phase's rows ahead; 4 n_groups bytes a row; the code loops ask for
+// kPrefetchAheadBytes ahead, 256 rows of 16 bytes), which the next phase's weight pass then
+// reads at a rate no prefetch a few tiles ahead keeps up with. Asked for 256 rows ahead from
+// the weight pass instead, KIVI-2's value pass from memory took 16% longer
+// (kv_codec_bench AccumulateCold/kivi:bits=2/8192/30, 1130 against 945 us). (The 4-bit
+// value kernels of code_dot_i16.cc measured no different with a parameter prefetch.)
+constexpr size_t kParamPrefetchRows = 512;
 KVPACK_I8V_ATTR inline void PrefetchRowParamsAhead(const uint16_t* params, size_t n_rows,
                                                    size_t row_bytes) {
   const char* ahead = reinterpret_cast<const char*>(params) + kParamPrefetchRows * row_bytes;
@@ -143,53 +145,132 @@ KVPACK_I8V_ATTR inline void BlockParams(const uint16_t* params, size_t n_groups,
   }
 }
 
-// Query rows [0, NQ) and groups [gb, gb + NG) of a tile: weights p * scale, their largest
-// magnitude, their int8 quantization into wq (row i * n_groups + g, 64 bytes, rows past
-// n_rows 0) with steps s, and the sums of p * min added to msum; everything unrolled so that
-// the NQ x NG reduction chains overlap. live[b]: the rows of block b (16 rows) that exist.
+// Tiles per weight phase. The weights of all of a phase's tiles are formed first, the largest
+// magnitudes of every (tile, query row, group) then reduced 16 at a time (ReduceEach16: 45
+// operations for 16 where one reduction takes 9) and their steps divided as vectors, and only
+// then is each tile quantized and multiplied with its codes. One pair at a time, the
+// reduction, two scalar divisions and a broadcast each waited on the one before, and the
+// weights took more of the value pass than the multiplies with the codes (48% against 35%
+// of KIVI-2's, kv_codec_bench Accumulate/kivi:bits=2/8192/1 under perf).
+constexpr int kPhaseTiles = 8;
+
+// A phase's weights for query rows [0, NQ) and NG groups: pair r = i * NG + g.
 template <size_t NQ, int NG>
-KVPACK_I8V_ATTR void TileWeightsI8(const float* p, size_t ldp, const uint16_t* params,
-                                   size_t n_groups, size_t gb, size_t n_rows,
-                                   const __mmask16* live, int8_t (*wq)[kI8ValueTileRowsMax],
-                                   float* s, float* msum) {
-  __m512 scale[NG][kBlocks], min[NG][kBlocks];
+struct WeightPhase {
+  static constexpr int kPairs = static_cast<int>(NQ) * NG;
+  static constexpr int kSlots = (kPhaseTiles * kPairs + 15) / 16 * 16;  // (tile, pair) slots
+  alignas(64) float w[kPhaseTiles][kPairs][kI8ValueTileRowsMax];  // p * scale
+  alignas(64) float lane_max[kSlots][16];  // lane-wise max |w| of slot t * kPairs + r
+  alignas(64) float lane_sum[kSlots][16];  // lane-wise sum of p * min
+  alignas(64) float min_sum[kSlots];       // sum of p * min
+  alignas(64) float amax[kSlots];          // max |w|
+  alignas(64) float inv[kSlots];           // 127 / amax (0 where !(amax > 0))
+  alignas(64) float step[kSlots];          // amax / 127 (0 where !(amax > 0))
+};
+
+// Tile t of a phase (n_rows <= 64 rows; p, params at its first row): w = p * scale into
+// ph.w[t], each pair's lane-wise max |w| (vrangeps, imm8 0x0B: the larger magnitude with the
+// sign cleared; Intel SDM, VRANGEPS) into ph.lane_max, and the lane-wise sums of p * min into
+// ph.lane_sum. Rows past n_rows load as p = 0. The parameters of two groups at a time are in
+// registers (four groups' would take 32).
+template <size_t NQ, int NG>
+KVPACK_I8V_ATTR void FormTileWeights(const float* p, size_t ldp, const uint16_t* params,
+                                     size_t n_rows, int t, WeightPhase<NQ, NG>& ph) {
+  constexpr int kSub = NG < 2 ? NG : 2;
+  __mmask16 live[kBlocks];
 #pragma GCC unroll 4
   for (int b = 0; b < kBlocks; ++b) {
-    BlockParams<NG>(params, n_groups, gb, 16 * b, static_cast<int64_t>(n_rows) - 16 * b, b,
-                    scale, min);
+    const int64_t left = static_cast<int64_t>(n_rows) - 16 * b;
+    live[b] = left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
   }
+#pragma GCC unroll 2
+  for (int gb = 0; gb < NG; gb += kSub) {
+    __m512 scale[kSub][kBlocks], min[kSub][kBlocks];
 #pragma GCC unroll 4
-  for (size_t i = 0; i < NQ; ++i) {
-    __m512 pb[kBlocks];
-#pragma GCC unroll 4
-    for (int b = 0; b < kBlocks; ++b) pb[b] = _mm512_maskz_loadu_ps(live[b], p + i * ldp + 16 * b);
-#pragma GCC unroll 4
-    for (int g = 0; g < NG; ++g) {
-      __m512 w[kBlocks];
-      float min_sum;
-      const float amax = TileWeights4(pb, scale[g], min[g], w, min_sum);
-      const size_t r = i * n_groups + gb + g;
-      msum[r] += min_sum;
-      if (!(amax > 0.0f)) {
-        std::memset(wq[r], 0, kI8ValueTileRowsMax);
-        s[r] = 0.0f;
-        continue;
-      }
-      // |w * inv| <= 127 (+ a rounding, which cannot reach 127.5): the saturating narrowing
-      // equals the twin's clamp.
-      const __m512 vinv = _mm512_set1_ps(kI8Max / amax);
-      __m512i q[kBlocks];
-#pragma GCC unroll 4
-      for (int b = 0; b < kBlocks; ++b) q[b] = _mm512_cvtps_epi32(_mm512_mul_ps(w[b], vinv));
-      // Saturating packs to int16, then int8 (as a saturating narrowing would), leave 128-bit
-      // lane L holding rows 16 j + 4 L .. + 3 in its dword j; one dword permutation puts rows
-      // in order.
-      const __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(q[0], q[1]),
-                                               _mm512_packs_epi32(q[2], q[3]));
-      const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-      _mm512_store_si512(wq[r], _mm512_permutexvar_epi32(order, bytes));
-      s[r] = amax / kI8Max;
+    for (int b = 0; b < kBlocks; ++b) {
+      BlockParams<kSub>(params, NG, gb, 16 * b, static_cast<int64_t>(n_rows) - 16 * b, b, scale,
+                        min);
     }
+#pragma GCC unroll 4
+    for (size_t i = 0; i < NQ; ++i) {
+      __m512 pb[kBlocks];
+#pragma GCC unroll 4
+      for (int b = 0; b < kBlocks; ++b) pb[b] = _mm512_maskz_loadu_ps(live[b], p + i * ldp + 16 * b);
+#pragma GCC unroll 2
+      for (int g = 0; g < kSub; ++g) {
+        const int r = static_cast<int>(i) * NG + gb + g;
+        __m512 vmax = _mm512_setzero_ps(), vsum = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int b = 0; b < kBlocks; ++b) {
+          const __m512 w = _mm512_mul_ps(pb[b], scale[g][b]);
+          _mm512_store_ps(ph.w[t][r] + 16 * b, w);
+          vmax = _mm512_range_ps(vmax, w, 0x0B);
+          vsum = _mm512_fmadd_ps(pb[b], min[g][b], vsum);
+        }
+        const int v = t * WeightPhase<NQ, NG>::kPairs + r;
+        _mm512_store_ps(ph.lane_max[v], vmax);
+        _mm512_store_ps(ph.lane_sum[v], vsum);
+      }
+    }
+  }
+}
+
+// The maxima of the first n_tiles tiles' pairs, 16 slots at a time, with their inverses and
+// steps (QuantizeWeightsI8Ref's 127 / amax and amax / 127, as vector divisions), and their
+// sums of p * min.
+template <size_t NQ, int NG>
+KVPACK_I8V_ATTR void ReducePhaseMaxima(int n_tiles, WeightPhase<NQ, NG>& ph) {
+  const int n = n_tiles * WeightPhase<NQ, NG>::kPairs;
+  for (int v = n; v % 16 != 0; ++v) {
+    _mm512_store_ps(ph.lane_max[v], _mm512_setzero_ps());
+    _mm512_store_ps(ph.lane_sum[v], _mm512_setzero_ps());
+  }
+  const __m512 k127 = _mm512_set1_ps(kI8Max);
+  for (int v0 = 0; v0 < n; v0 += 16) {
+    __m512 lanes[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) lanes[j] = _mm512_load_ps(ph.lane_sum[v0 + j]);
+    _mm512_store_ps(ph.min_sum + v0, ReduceEach16<true>(lanes));
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) lanes[j] = _mm512_load_ps(ph.lane_max[v0 + j]);
+    const __m512 m = ReduceEach16<false>(lanes);
+    const __mmask16 live = _mm512_cmp_ps_mask(m, _mm512_setzero_ps(), _CMP_GT_OQ);
+    _mm512_store_ps(ph.amax + v0, m);
+    _mm512_store_ps(ph.inv + v0, _mm512_maskz_div_ps(live, k127, m));
+    _mm512_store_ps(ph.step + v0, _mm512_maskz_div_ps(live, m, k127));
+  }
+}
+
+// Tile t's weights quantized: per pair r, wq[r] (64 bytes, rows in order) and its step s[r];
+// all zero with s = 0 where !(amax > 0), QuantizeWeightsI8Ref's rule.
+template <size_t NQ, int NG>
+KVPACK_I8V_ATTR void QuantizeTileWeights(const WeightPhase<NQ, NG>& ph, int t,
+                                         int8_t (*wq)[kI8ValueTileRowsMax], float* s) {
+  constexpr int kPairs = WeightPhase<NQ, NG>::kPairs;
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+#pragma GCC unroll 4
+  for (int r = 0; r < kPairs; ++r) {
+    const int v = t * kPairs + r;
+    if (!(ph.amax[v] > 0.0f)) {
+      std::memset(wq[r], 0, kI8ValueTileRowsMax);
+      s[r] = 0.0f;
+      continue;
+    }
+    // |w * inv| <= 127 (+ a rounding, which cannot reach 127.5): the saturating narrowing
+    // equals the twin's clamp.
+    const __m512 vinv = _mm512_set1_ps(ph.inv[v]);
+    __m512i q[kBlocks];
+#pragma GCC unroll 4
+    for (int b = 0; b < kBlocks; ++b) {
+      q[b] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(ph.w[t][r] + 16 * b), vinv));
+    }
+    // Saturating packs to int16, then int8 (as a saturating narrowing would), leave 128-bit
+    // lane L holding rows 16 j + 4 L .. + 3 in its dword j; one dword permutation puts rows
+    // in order.
+    const __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(q[0], q[1]),
+                                             _mm512_packs_epi32(q[2], q[3]));
+    _mm512_store_si512(wq[r], _mm512_permutexvar_epi32(order, bytes));
+    s[r] = ph.step[v];
   }
 }
 
@@ -301,39 +382,54 @@ KVPACK_I8V_ATTR void WindowsI8(const int8_t (*wq)[kI8ValueTileRowsMax], const fl
   }
 }
 
-// Every 64-row tile of the rows in turn, in one call: the per-tile glue (the checks, the
-// dispatch and three calls deep) was about 2% of a KIVI-2 decode step at depth 8192 when the
-// codec called once per tile (perf, session 20).
+// One phase (up to kPhaseTiles tiles from row k0) for query rows [0, NQ): the weights of every
+// tile, their maxima, then tile by tile the quantized weights and their products with the
+// codes; each tile's sums of p * min added to msum in tile order.
+template <size_t NQ, int NG, bool kWide>
+KVPACK_I8V_ATTR void PhasePass(const float* p, size_t ldp, const uint16_t* params,
+                               const uint8_t* codes, size_t d, size_t n_rows, float* out,
+                               float* msum) {
+  constexpr int kPairs = WeightPhase<NQ, NG>::kPairs;
+  const size_t row_bytes = d / 4;
+  const int n_tiles = static_cast<int>((n_rows + kI8ValueTileRowsMax - 1) / kI8ValueTileRowsMax);
+  WeightPhase<NQ, NG> ph;
+  for (int t = 0; t < n_tiles; ++t) {
+    const size_t k0 = t * kI8ValueTileRowsMax, m_rows = std::min(kI8ValueTileRowsMax, n_rows - k0);
+    FormTileWeights<NQ, NG>(p + k0, ldp, params + k0 * 2 * NG, m_rows, t, ph);
+  }
+  ReducePhaseMaxima<NQ, NG>(n_tiles, ph);
+  for (int t = 0; t < n_tiles; ++t) {
+    const size_t k0 = t * kI8ValueTileRowsMax, m_rows = std::min(kI8ValueTileRowsMax, n_rows - k0);
+    alignas(64) int8_t wq[kPairs][kI8ValueTileRowsMax];
+    float s[kPairs];
+    PrefetchRowParamsAhead(params + k0 * 2 * NG, m_rows, 4 * NG);
+    QuantizeTileWeights<NQ, NG>(ph, t, wq, s);
+    WindowsI8<NQ, kWide>(wq, s, NG, codes + k0 * row_bytes, row_bytes, d, m_rows, out);
+    for (int r = 0; r < kPairs; ++r) msum[r] += ph.min_sum[t * kPairs + r];
+  }
+}
+
+// Every phase of the rows in turn, in one call: the per-tile glue (the checks, the dispatch
+// and three calls deep) was about 2% of a KIVI-2 decode step at depth 8192 when the codec
+// called once per tile (perf, session 20).
 template <int NG>
 KVPACK_I8V_ATTR void AccumulateAvx512(const float* p, size_t ldp, size_t n_q,
                                       const uint16_t* params, const uint8_t* codes, size_t d,
                                       size_t n_rows, float* out, float* msum) {
+  constexpr size_t kPhaseRows = kPhaseTiles * kI8ValueTileRowsMax;
   const size_t row_bytes = d / 4;
-  for (size_t k0 = 0; k0 < n_rows; k0 += kI8ValueTileRowsMax) {
-    const size_t m_rows = std::min(kI8ValueTileRowsMax, n_rows - k0);
-    const uint16_t* tile_params = params + k0 * 2 * NG;
-    const uint8_t* tile_codes = codes + k0 * row_bytes;
-    PrefetchRowParamsAhead(tile_params, m_rows, 4 * NG);
-    __mmask16 live[kBlocks];
-    for (int b = 0; b < kBlocks; ++b) {
-      const int64_t left = static_cast<int64_t>(m_rows) - 16 * b;
-      live[b] = left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
-    }
+  for (size_t k0 = 0; k0 < n_rows; k0 += kPhaseRows) {
+    const size_t m_rows = std::min(kPhaseRows, n_rows - k0);
+    const uint16_t* phase_params = params + k0 * 2 * NG;
+    const uint8_t* phase_codes = codes + k0 * row_bytes;
     ForEachQueryChunk<kMaxQ>(n_q, [&](auto m, size_t i0) {
-      alignas(64) int8_t wq[kMaxQ * kMaxGroups][kI8ValueTileRowsMax];
-      float s[kMaxQ * kMaxGroups];
       const float* p_i = p + i0 * ldp + k0;
-      float* msum_i = msum + i0 * NG;
-      if constexpr (NG == 4) {  // two groups at a time: their parameters fill 16 registers
-        TileWeightsI8<m, 2>(p_i, ldp, tile_params, NG, 0, m_rows, live, wq, s, msum_i);
-        TileWeightsI8<m, 2>(p_i, ldp, tile_params, NG, 2, m_rows, live, wq, s, msum_i);
-      } else {
-        TileWeightsI8<m, NG>(p_i, ldp, tile_params, NG, 0, m_rows, live, wq, s, msum_i);
-      }
       if (row_bytes == kRowBytes) {
-        WindowsI8<m, false>(wq, s, NG, tile_codes, row_bytes, d, m_rows, out + i0 * d);
+        PhasePass<m, NG, false>(p_i, ldp, phase_params, phase_codes, d, m_rows, out + i0 * d,
+                                msum + i0 * NG);
       } else {
-        WindowsI8<m, true>(wq, s, NG, tile_codes, row_bytes, d, m_rows, out + i0 * d);
+        PhasePass<m, NG, true>(p_i, ldp, phase_params, phase_codes, d, m_rows, out + i0 * d,
+                               msum + i0 * NG);
       }
     });
   }

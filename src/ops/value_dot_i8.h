@@ -9,6 +9,8 @@
 // its limit; four rows per instruction halve that work. Four rows of a 64-channel 2-bit head
 // are one 64-byte line (wider heads: 64 channels at a time, four 16-byte loads): a byte
 // permutation, one shift per lane and a mask give every channel its four codes.
+// The weights (probability x scale, quantized per tile) are formed for eight tiles at a time
+// before any is multiplied, so that the maxima of all of them reduce together.
 // The price is the weights' precision: per (query row i, group g) the step is
 // s = max_k |w_k| / 127, each weight moves by at most s / 2, so an output moves by at most
 //   s / 2 * sum_k code_k   (code_k <= 3)

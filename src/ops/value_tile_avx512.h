@@ -1,7 +1,8 @@
-// Pieces shared by the AVX-512 value-tile kernels (ops/code_dot_i16.cc, ops/value_dot_i8.cc):
-// the fp16 (scale, min) pairs of 2/4-bit token-group rows (kv/codecs/token_group_rows.h;
-// SplitGroupParams layout, [n_rows, n_groups, 2]) read 16 rows at a time as 32-bit words, and
-// a tile's weights p * scale with their largest magnitude and the p . min sum. Internal to
+// Pieces of the AVX-512 value-tile kernels: the fp16 (scale, min) pairs of 2/4-bit token-group
+// rows (kv/codecs/token_group_rows.h; SplitGroupParams layout, [n_rows, n_groups, 2]) read 16
+// rows at a time as 32-bit words (ops/code_dot_i16.cc, ops/value_dot_i8.cc), and a tile's
+// weights p * scale with their largest magnitude and the p . min sum, one (query row, group)
+// at a time (ops/code_dot_i16.cc; ops/value_dot_i8.cc forms many tiles' at once). Internal to
 // ops/: include only from a file that calls these from functions compiled for AVX-512 BW and
 // DQ (a caller's target attribute must include the one below for them to inline).
 #ifndef KVPACK_OPS_VALUE_TILE_AVX512_H_

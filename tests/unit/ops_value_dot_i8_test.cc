@@ -59,7 +59,7 @@ TEST(ValueDotI8, MatchesTheTwinOnEveryTarget) {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     for (size_t d : {64, 128, 192}) {
       for (size_t n_groups : {1, 2, 4}) {
-        for (size_t n_rows : {1, 2, 3, 4, 5, 15, 16, 17, 40, 63, 64, 65, 130, 200}) {
+        for (size_t n_rows : {1, 2, 3, 4, 5, 15, 16, 17, 40, 63, 64, 65, 130, 200, 513, 1030}) {
           const bool kernel = HasI8ValueKernel(d, n_groups);
           saw_kernel = saw_kernel || kernel;
           saw_wide_kernel = saw_wide_kernel || (kernel && d > 64);
