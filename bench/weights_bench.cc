@@ -10,13 +10,18 @@
 // Q8_0Rows/<n_in>/<n_rows>: n_in 576 (SmolLM2-135M's embedding) or 1536 (its FFN); 512 rows
 // are 306 KiB or 816 KiB (in L2), and 87381 rows of 1536 are 136 MiB, SmolLM2-135M's weights
 // in q8_0, read once per iteration as a decode step reads them. ReadRoofline/<MiB>: the plain
-// read of 136 MiB.
+// read of 136 MiB. Vpdpbusd: the CPU's rate of the int8 dot instruction (below).
 #include <benchmark/benchmark.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
 
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include "core/aligned_buffer.h"
 #include "eval/speed_bench.h"
 #include "ops/ggml_quants.h"
 #include "ops/q8_0_dot.h"
@@ -28,7 +33,9 @@ void BM_Q8_0Rows(benchmark::State& state) {
   const size_t n_in = static_cast<size_t>(state.range(0));
   const size_t n_rows = static_cast<size_t>(state.range(1));
   const size_t row_bytes = n_in / 32 * sizeof(BlockQ8_0);
-  std::vector<uint8_t> rows(n_rows * row_bytes);
+  // In 2 MiB pages where the system allows (core/huge_page_arena.h), as a model file's
+  // weights are when the page cache holds them in huge pages (bench prints how many).
+  AlignedBuffer<uint8_t> rows(n_rows * row_bytes);
   std::mt19937 rng(1);
   std::normal_distribution<float> g(0.0f, 1.0f);
   std::vector<float> row(n_in);
@@ -68,6 +75,38 @@ BENCHMARK(BM_ReadRoofline)
     ->Arg(136)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// The CPU's rate of 512-bit vpdpbusd (64 int8 products each), the instruction that bounds
+// the 2-bit KV codecs' attention kernels: 12 independent accumulators per loop pass, so
+// that the rate and not the latency is measured; the ns/vpdpbusd counter is the time per
+// instruction.
+__attribute__((target("avx512f,avx512vnni"))) void VpdpbusdLoop(int64_t passes) {
+  __m512i acc[12];
+  for (int k = 0; k < 12; ++k) acc[k] = _mm512_set1_epi32(k);
+  const __m512i u = _mm512_set1_epi8(1), s = _mm512_set1_epi8(2);
+  for (int64_t i = 0; i < passes; ++i) {
+#pragma GCC unroll 12
+    for (int k = 0; k < 12; ++k) {
+      asm volatile("vpdpbusd %2, %1, %0" : "+v"(acc[k]) : "v"(u), "v"(s));
+    }
+  }
+  for (int k = 0; k < 12; ++k) benchmark::DoNotOptimize(acc[k]);
+}
+
+void BM_Vpdpbusd(benchmark::State& state) {
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vnni")) {
+    state.SkipWithError("no AVX512-VNNI on this CPU");
+    return;
+  }
+  constexpr int64_t kPasses = 1 << 20;
+  for (auto _ : state) VpdpbusdLoop(kPasses);
+  state.counters["ns/vpdpbusd"] = benchmark::Counter(
+      static_cast<double>(kPasses * 12),
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_Vpdpbusd)->Name("Vpdpbusd")->Unit(benchmark::kMicrosecond);
+#endif
 
 }  // namespace
 }  // namespace kvpack

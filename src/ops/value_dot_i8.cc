@@ -51,6 +51,8 @@ bool CpuHasI8ValueKernel() {
 
 constexpr int kBlocks = static_cast<int>(kI8ValueTileRowsMax / 16);  // 16-row blocks per tile
 constexpr size_t kMaxQ = 3;        // query rows per pass: 3 x 4 accumulators in registers
+// Tiles per weight phase (see WeightPhase below).
+constexpr int kPhaseTiles = 8;
 
 // The rows' (scale, min) pairs stream from memory as their codes do: while a phase multiplies
 // tile t with its codes, it asks for the parameters of the next phase's tile t
@@ -58,9 +60,10 @@ constexpr size_t kMaxQ = 3;        // query rows per pass: 3 x 4 accumulators in
 // kPrefetchAheadBytes ahead, 256 rows of 16 bytes), which the next phase's weight pass then
 // reads at a rate no prefetch a few tiles ahead keeps up with. Asked for 256 rows ahead from
 // the weight pass instead, KIVI-2's value pass from memory took 16% longer
-// (kv_codec_bench AccumulateCold/kivi:bits=2/8192/30, 1130 against 945 us). (The 4-bit
-// value kernels of code_dot_i16.cc measured no different with a parameter prefetch.)
-constexpr size_t kParamPrefetchRows = 512;
+// (kv_codec_bench AccumulateCold/kivi:bits=2/8192/30, 1093 and 1102 against 947 and 943 us;
+// docs/performance-history.md, session 28). (The 4-bit value kernels of code_dot_i16.cc
+// measured no different with a parameter prefetch.)
+constexpr size_t kParamPrefetchRows = kPhaseTiles * kI8ValueTileRowsMax;
 KVPACK_I8V_ATTR inline void PrefetchRowParamsAhead(const uint16_t* params, size_t n_rows,
                                                    size_t row_bytes) {
   const char* ahead = reinterpret_cast<const char*>(params) + kParamPrefetchRows * row_bytes;
@@ -145,14 +148,13 @@ KVPACK_I8V_ATTR inline void BlockParams(const uint16_t* params, size_t n_groups,
   }
 }
 
-// Tiles per weight phase. The weights of all of a phase's tiles are formed first, the largest
+// Weight phases of kPhaseTiles tiles. The weights of all of a phase's tiles are formed first, the largest
 // magnitudes of every (tile, query row, group) then reduced 16 at a time (ReduceEach16: 45
 // operations for 16 where one reduction takes 9) and their steps divided as vectors, and only
 // then is each tile quantized and multiplied with its codes. One pair at a time, the
 // reduction, two scalar divisions and a broadcast each waited on the one before, and the
 // weights took more of the value pass than the multiplies with the codes (48% against 35%
 // of KIVI-2's, kv_codec_bench Accumulate/kivi:bits=2/8192/1 under perf).
-constexpr int kPhaseTiles = 8;
 
 // A phase's weights for query rows [0, NQ) and NG groups: pair r = i * NG + g.
 template <size_t NQ, int NG>
