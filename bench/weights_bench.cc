@@ -10,7 +10,7 @@
 // Q8_0Rows/<n_in>/<n_rows>: n_in 576 (SmolLM2-135M's embedding) or 1536 (its FFN); 512 rows
 // are 306 KiB or 816 KiB (in L2), and 87381 rows of 1536 are 136 MiB, SmolLM2-135M's weights
 // in q8_0, read once per iteration as a decode step reads them. ReadRoofline/<MiB>: the plain
-// read of 136 MiB. Vpdpbusd: the CPU's rate of the int8 dot instruction (below).
+// read of 136 MiB. Vpdpbusd*: the CPU's rate of the int8 dot instruction (below).
 #include <benchmark/benchmark.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -77,35 +77,84 @@ BENCHMARK(BM_ReadRoofline)
     ->Unit(benchmark::kMicrosecond);
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-// The CPU's rate of 512-bit vpdpbusd (64 int8 products each), the instruction that bounds
-// the 2-bit KV codecs' attention kernels: 12 independent accumulators per loop pass, so
-// that the rate and not the latency is measured; the ns/vpdpbusd counter is the time per
-// instruction.
+// The CPU's rate of 512-bit vpdpbusd (64 int8 products each), the instruction of the 2- and
+// 4-bit KV codecs' attention kernels, 48 per pass in one asm block whose accumulators are
+// fixed registers (zmm0-zmm15). (Session 28's loop kept them in an array that GCC put on
+// the stack, so each vpdpbusd loaded and stored its accumulator: 0.31 ns, a rate of that
+// round trip, not of the instruction.) ns/vpdpbusd: the time per instruction.
+//   Vpdpbusd/16: 16 accumulators, register operands;
+//   Vpdpbusd/8: 8 accumulators (a dot waits 4 cycles for its accumulator here);
+//   VpdpbusdBroadcast: 16 accumulators, the signed operand a 4-byte broadcast from memory,
+//     as the key kernels read their query (ops/packed_scores.cc).
+#define KVPACK_DOT(r) "vpdpbusd %%zmm17, %%zmm16, %%zmm" #r "\n\t"
+#define KVPACK_DOT_MEM(off, r) "vpdpbusd " #off "(%0)%{1to16%}, %%zmm16, %%zmm" #r "\n\t"
+#define KVPACK_DOTS16 \
+  KVPACK_DOT(0) KVPACK_DOT(1) KVPACK_DOT(2) KVPACK_DOT(3) KVPACK_DOT(4) KVPACK_DOT(5) \
+  KVPACK_DOT(6) KVPACK_DOT(7) KVPACK_DOT(8) KVPACK_DOT(9) KVPACK_DOT(10) KVPACK_DOT(11) \
+  KVPACK_DOT(12) KVPACK_DOT(13) KVPACK_DOT(14) KVPACK_DOT(15)
+#define KVPACK_DOTS8 \
+  KVPACK_DOT(0) KVPACK_DOT(1) KVPACK_DOT(2) KVPACK_DOT(3) KVPACK_DOT(4) KVPACK_DOT(5) \
+  KVPACK_DOT(6) KVPACK_DOT(7)
+#define KVPACK_DOTS_MEM16(o)                                                                \
+  KVPACK_DOT_MEM(o##0, 0) KVPACK_DOT_MEM(o##4, 1) KVPACK_DOT_MEM(o##8, 2)                   \
+  KVPACK_DOT_MEM(o##12, 3) KVPACK_DOT_MEM(o##16, 4) KVPACK_DOT_MEM(o##20, 5)                \
+  KVPACK_DOT_MEM(o##24, 6) KVPACK_DOT_MEM(o##28, 7) KVPACK_DOT_MEM(o##32, 8)                \
+  KVPACK_DOT_MEM(o##36, 9) KVPACK_DOT_MEM(o##40, 10) KVPACK_DOT_MEM(o##44, 11)              \
+  KVPACK_DOT_MEM(o##48, 12) KVPACK_DOT_MEM(o##52, 13) KVPACK_DOT_MEM(o##56, 14)             \
+  KVPACK_DOT_MEM(o##60, 15)
+#define KVPACK_ZMM_CLOBBERS                                                                 \
+  "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
+      "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17"
+
+enum class DotLoop { kRegisters16, kRegisters8, kBroadcast16 };
+constexpr int kDotsPerPass = 48;
+
+template <DotLoop kLoop>
 __attribute__((target("avx512f,avx512vnni"))) void VpdpbusdLoop(int64_t passes) {
-  __m512i acc[12];
-  for (int k = 0; k < 12; ++k) acc[k] = _mm512_set1_epi32(k);
-  const __m512i u = _mm512_set1_epi8(1), s = _mm512_set1_epi8(2);
+  alignas(64) static int8_t memory[512] = {1, 2, 3};  // the broadcasts read within 264 bytes
+  asm volatile(
+      "vpternlogd $0xff, %%zmm16, %%zmm16, %%zmm16\n\t"
+      "vpabsb %%zmm16, %%zmm16\n\t"  // all bytes 1
+      "vpaddb %%zmm16, %%zmm16, %%zmm17\n\t" ::
+          : KVPACK_ZMM_CLOBBERS);
   for (int64_t i = 0; i < passes; ++i) {
-#pragma GCC unroll 12
-    for (int k = 0; k < 12; ++k) {
-      asm volatile("vpdpbusd %2, %1, %0" : "+v"(acc[k]) : "v"(u), "v"(s));
+    if constexpr (kLoop == DotLoop::kRegisters16) {
+      asm volatile(KVPACK_DOTS16 KVPACK_DOTS16 KVPACK_DOTS16 ::: KVPACK_ZMM_CLOBBERS);
+    } else if constexpr (kLoop == DotLoop::kRegisters8) {
+      asm volatile(KVPACK_DOTS8 KVPACK_DOTS8 KVPACK_DOTS8 KVPACK_DOTS8 KVPACK_DOTS8
+                       KVPACK_DOTS8 ::: KVPACK_ZMM_CLOBBERS);
+    } else {
+      asm volatile(KVPACK_DOTS_MEM16() KVPACK_DOTS_MEM16(1) KVPACK_DOTS_MEM16(2)
+                   :
+                   : "r"(memory)
+                   : KVPACK_ZMM_CLOBBERS);
     }
   }
-  for (int k = 0; k < 12; ++k) benchmark::DoNotOptimize(acc[k]);
 }
+#undef KVPACK_DOT
+#undef KVPACK_DOT_MEM
+#undef KVPACK_DOTS16
+#undef KVPACK_DOTS8
+#undef KVPACK_DOTS_MEM16
+#undef KVPACK_ZMM_CLOBBERS
 
+template <DotLoop kLoop>
 void BM_Vpdpbusd(benchmark::State& state) {
   if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vnni")) {
     state.SkipWithError("no AVX512-VNNI on this CPU");
     return;
   }
-  constexpr int64_t kPasses = 1 << 20;
-  for (auto _ : state) VpdpbusdLoop(kPasses);
+  constexpr int64_t kPasses = 1 << 18;
+  for (auto _ : state) VpdpbusdLoop<kLoop>(kPasses);
   state.counters["ns/vpdpbusd"] = benchmark::Counter(
-      static_cast<double>(kPasses * 12),
+      static_cast<double>(kPasses * kDotsPerPass),
       benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
-BENCHMARK(BM_Vpdpbusd)->Name("Vpdpbusd")->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Vpdpbusd<DotLoop::kRegisters16>)->Name("Vpdpbusd/16")->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Vpdpbusd<DotLoop::kRegisters8>)->Name("Vpdpbusd/8")->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Vpdpbusd<DotLoop::kBroadcast16>)
+    ->Name("VpdpbusdBroadcast")
+    ->Unit(benchmark::kMicrosecond);
 #endif
 
 }  // namespace
