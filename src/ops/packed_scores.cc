@@ -198,10 +198,18 @@ KVPACK_BLOCK_INLINE void ArrangedQuery128(const float* x, const __m512 (&sc)[8],
   _mm512_store_si512(qp + 64, _mm512_permutex2var_epi32(a, second, b));
 }
 
-// Four bytes of an arranged query: the memory operand of a broadcast vpdpbusd.
+// Four bytes of an arranged query: the memory operand of a broadcast.
 struct QueryDword {
   int8_t bytes[4];
 };
+
+// The four bytes at q in every 32-bit lane. Volatile, as DotQuads: the compiler keeps a
+// group's broadcasts together, ahead of the dots that use them.
+KVPACK_BLOCK_INLINE __m512i BroadcastQuery(const int8_t* q) {
+  __m512i v;
+  asm volatile("vpbroadcastd %1, %0" : "=v"(v) : "m"(*reinterpret_cast<const QueryDword*>(q)));
+  return v;
+}
 
 // acc += four u8 (codes) x s8 products per 32-bit lane, the four s8 the bytes at q in every
 // lane (an embedded broadcast: no register per query dword).
@@ -211,6 +219,15 @@ KVPACK_BLOCK_INLINE __m512i DotQuadsBroadcast(__m512i acc, __m512i codes, const 
       : "v"(codes), "m"(*reinterpret_cast<const QueryDword*>(q)));
   return acc;
 }
+
+// acc += four u8 (codes) x s8 (q) products per 32-bit lane.
+KVPACK_BLOCK_INLINE __m512i DotQuads(__m512i acc, __m512i codes, __m512i q) {
+  asm volatile("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(codes), "v"(q));
+  return acc;
+}
+
+// Query dwords broadcast into registers per group (ColumnDots with kRegs).
+constexpr int kGroupDwords = 12;
 
 // The 16 rows of a tile (kW dwords each, in kW vectors) as columns: col[m] lane t = dword m
 // of row t. Each round unzips the tile's 16 kW dwords (even ones first, then odd ones), which
@@ -260,17 +277,42 @@ KVPACK_BLOCK_INLINE void LoadTile(const uint8_t* tile, size_t left, __m512i (&co
 }
 
 // Query rows [0, NQ) (arranged, row i at qp + stride i) against a tile's columns: lane t of
-// acc[i][a] sums code x query over row t's dwords m with a = m % 2 (kGroups = 1: two chains
-// for latency) or a = the group of dword m (kGroups = 2: each half of a row's dwords is one
-// group). Dword m's byte j holds, in its slot s, channel 4 k m + k j + s (k = 8 / kBits codes
-// per byte), which the arranged query's segment s (kSeg bytes) holds at byte 4 m + j.
-template <int kBits, int NQ, int kW, int kGroups>
+// acc[i][g] sums code x query over row t's dwords m of group g (kGroups = 2: each half of a
+// row's dwords is one group) or, kGroups = 1, over half of them (the caller adds the two).
+// Dword m's byte j holds, in its slot s, channel 4 k m + k j + s (k = 8 / kBits codes per
+// byte), which the arranged query's segment s (kSeg bytes) holds at byte 4 m + j.
+// kRegs: the query dwords are broadcast into registers kGroupDwords at a time, ahead of the
+// dots that use them, and a row's dots go to four chains where the registers allow (a
+// vpdpbusd waits 4 cycles for its accumulator; with two chains a row's 16 dots per tile were
+// 8 steps of that wait). Otherwise each vpdpbusd reads its dword as a broadcast memory
+// operand, with two chains per row (by dword, or one per group). Both forms measured, with
+// kv_codec_bench at 8192 tokens and 30 layers (session 29, alternating runs): with kRegs
+// KIVI-2's keys took 26.3 instead of 27.6 us per layer in cache and q8_0's 1846 instead of
+// 2057 us from memory; FlexGen's and q4_0's took 8-10% longer from memory, so they keep the
+// memory operands. Why the forms differ is not established: a broadcast memory operand
+// alone issues as fast as a register (bench/weights_bench's Vpdpbusd cases: 0.12 ns each).
+template <int kBits, int NQ, int kW, int kGroups, bool kRegs>
 KVPACK_BLOCK_INLINE void ColumnDots(const __m512i (&col)[kW], const int8_t* qp, size_t stride,
                                     __m512i (&acc)[NQ][2]) {
   constexpr int kK = 8 / kBits;
   constexpr size_t kSeg = static_cast<size_t>(kW) * 4;
+  // Slots per group of broadcasts: all of a dword's kK slots when they fit, else the largest
+  // power of two (kK is 1, 2 or 4) that does.
+  constexpr int kSlots = [] {
+    int n = kK;
+    while (n > 1 && n * NQ > kGroupDwords) n /= 2;
+    return n;
+  }();
+  // Chains per query row and group: four (kRegs, one group) where the columns, the chains
+  // and a group's broadcasts fit in the 32 registers.
+  constexpr int kChains = kRegs && kGroups == 1 && NQ * 4 + kW + kSlots * NQ + 2 <= 32 ? 4 : 2;
+  constexpr int kPerGroup = kChains / kGroups;
+  __m512i part[NQ][kChains];
 #pragma GCC unroll 8
-  for (int i = 0; i < NQ; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
+  for (int i = 0; i < NQ; ++i) {
+#pragma GCC unroll 4
+    for (int c = 0; c < kChains; ++c) part[i][c] = _mm512_setzero_si512();
+  }
   const __m512i mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));
   // The query's NQ x kW x k dword addresses are fixed offsets from qp; hidden behind this
   // empty asm, qp is a register per tile and each operand its displacement. Without it GCC
@@ -279,23 +321,55 @@ KVPACK_BLOCK_INLINE void ColumnDots(const __m512i (&col)[kW], const int8_t* qp, 
   asm("" : "+r"(qp));
 #pragma GCC unroll 16
   for (int m = 0; m < kW; ++m) {
-    const int a = kGroups == 1 ? m % 2 : m / (kW / 2);
+    const int group = kGroups == 1 ? 0 : m / (kW / 2);
 #pragma GCC unroll 4
-    for (int s = 0; s < kK; ++s) {
-      __m512i codes;
-      if constexpr (kBits == 8) {
-        // Signed bytes (q8_0) read as code + 128, the unsigned operand of vpdpbusd; the
-        // caller takes 128 x (the query's sum) back off.
-        codes = _mm512_xor_si512(col[m], _mm512_set1_epi8(static_cast<char>(0x80)));
-      } else if (s == 0) {
-        codes = _mm512_and_si512(col[m], mask);
-      } else {
-        codes = _mm512_and_si512(_mm512_srli_epi16(col[m], kBits * s), mask);
-      }
+    for (int s0 = 0; s0 < kK; s0 += kSlots) {
+      __m512i qb[kSlots][NQ];
+      if constexpr (kRegs) {
+#pragma GCC unroll 4
+        for (int s = 0; s < kSlots; ++s) {
 #pragma GCC unroll 8
-      for (int i = 0; i < NQ; ++i) {
-        acc[i][a] = DotQuadsBroadcast(acc[i][a], codes, qp + stride * i + kSeg * s + 4 * m);
+          for (int i = 0; i < NQ; ++i) {
+            qb[s][i] = BroadcastQuery(qp + stride * i + kSeg * (s0 + s) + 4 * m);
+          }
+        }
       }
+#pragma GCC unroll 4
+      for (int s = 0; s < kSlots; ++s) {
+        const int slot = s0 + s;
+        const int c = !kRegs ? (kGroups == 1 ? m % 2 : group)
+                             : group * kPerGroup + (m * kK + slot) % kPerGroup;
+        __m512i codes;
+        if constexpr (kBits == 8) {
+          // Signed bytes (q8_0) read as code + 128, the unsigned operand of vpdpbusd; the
+          // caller takes 128 x (the query's sum) back off.
+          codes = _mm512_xor_si512(col[m], _mm512_set1_epi8(static_cast<char>(0x80)));
+        } else if (slot == 0) {
+          codes = _mm512_and_si512(col[m], mask);
+        } else {
+          codes = _mm512_and_si512(_mm512_srli_epi16(col[m], kBits * slot), mask);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < NQ; ++i) {
+          if constexpr (kRegs) {
+            part[i][c] = DotQuads(part[i][c], codes, qb[s][i]);
+          } else {
+            const int8_t* q = qp + stride * i + kSeg * slot + 4 * m;
+            part[i][c] = DotQuadsBroadcast(part[i][c], codes, q);
+          }
+        }
+      }
+    }
+  }
+  // acc[i][g]: group g's sum (kGroups = 2), or the row's sum in two halves (kGroups = 1).
+#pragma GCC unroll 8
+  for (int i = 0; i < NQ; ++i) {
+    if constexpr (kChains == 2) {
+      acc[i][0] = part[i][0];
+      acc[i][1] = part[i][1];
+    } else {
+      acc[i][0] = _mm512_add_epi32(part[i][0], part[i][2]);
+      acc[i][1] = _mm512_add_epi32(part[i][1], part[i][3]);
     }
   }
 }
@@ -419,7 +493,7 @@ KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
         __m512i col[S::kW];
         LoadTile<S::kW, S::kRowBytes>(rows + t0 * S::kRowBytes, left, col);
         __m512i acc[NQ][2];
-        ColumnDots<kBits, NQ, S::kW, 1>(col, qp[j][0], kD, acc);
+        ColumnDots<kBits, NQ, S::kW, 1, true>(col, qp[j][0], kD, acc);
         const __mmask16 live = static_cast<__mmask16>((1u << left) - 1);
 #pragma GCC unroll 8
         for (int i = 0; i < NQ; ++i) {
@@ -509,7 +583,7 @@ KVPACK_BLOCK_ATTR void TokenRowsPass(const uint8_t* rows, size_t n_rows, const u
     __m512i col[S::kW];
     LoadTile<S::kW, S::kRowBytes>(rows + t0 * S::kRowBytes, left, col);
     __m512i acc[NQ][2];
-    ColumnDots<kBits, NQ, S::kW, kGroups>(col, qp, kD, acc);
+    ColumnDots<kBits, NQ, S::kW, kGroups, kBits == 8>(col, qp, kD, acc);
     __m512 dot[NQ][kGroups];
 #pragma GCC unroll 8
     for (int i = 0; i < NQ; ++i) {

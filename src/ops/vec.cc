@@ -366,12 +366,22 @@ void AxpyRowsF16Impl(const float* p, size_t n_q, size_t ld, const uint16_t* rows
   AxpyRowsTiled(p, n_q, ld, rows, n_rows, dim, out);
 }
 
+// Four running maxima: one waited for the last max at every vector (attention's 1024-score
+// tiles, 9 query rows x 30 layers a decode step of the 135M model, were 1% of a KIVI-2 step).
 float MaxF32Impl(const float* x, size_t n) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
-  auto m = hn::Set(d, -std::numeric_limits<float>::infinity());
+  const auto lowest = hn::Set(d, -std::numeric_limits<float>::infinity());
+  auto m0 = lowest, m1 = lowest, m2 = lowest, m3 = lowest;
   size_t i = 0;
-  for (; i + N <= n; i += N) m = hn::Max(m, hn::LoadU(d, x + i));
+  for (; i + 4 * N <= n; i += 4 * N) {
+    m0 = hn::Max(m0, hn::LoadU(d, x + i));
+    m1 = hn::Max(m1, hn::LoadU(d, x + i + N));
+    m2 = hn::Max(m2, hn::LoadU(d, x + i + 2 * N));
+    m3 = hn::Max(m3, hn::LoadU(d, x + i + 3 * N));
+  }
+  for (; i + N <= n; i += N) m0 = hn::Max(m0, hn::LoadU(d, x + i));
+  const auto m = hn::Max(hn::Max(m0, m1), hn::Max(m2, m3));
   float r = hn::GetLane(hn::MaxOfLanes(d, m));
   for (; i < n; ++i) r = x[i] > r ? x[i] : r;
   return r;

@@ -210,7 +210,7 @@ TEST(VecSoftmax, MaxAndExpMatchTheTwins) {
     SCOPED_TRACE(hwy::TargetName(target));
     std::mt19937 rng(9);
     std::uniform_real_distribution<float> u(-30.0f, 5.0f);
-    for (size_t n : {0, 1, 7, 15, 16, 17, 33, 128, 131}) {
+    for (size_t n : {0, 1, 7, 15, 16, 17, 33, 63, 64, 65, 128, 131, 1000}) {
       std::vector<float> x(n + 1);
       for (auto& v : x) v = u(rng);
       if (n > 3) x[2] = -std::numeric_limits<float>::infinity();
