@@ -105,9 +105,9 @@ KVPACK_VNNI_ATTR inline __m512i DotPairsAdd(__m512i acc, __m512i pairs, __m512i 
 // Rows k and k + 1 (zeros past n_rows) of a chunk: the bytes `live` from c_byte of each.
 // Packed rows (kPrefetch) stream from memory and ask for the line kPrefetchAheadBytes ahead:
 // without this the 30-layer benchmark ran ~60% slower than with the unpacking pass they
-// replace (whose stream loop prefetches). Rows wider than a line (kWide: a window of KCVT's
-// all-head rows) ask for the second row's too, which lies in another line that the stride of
-// two rows would otherwise skip.
+// replace (whose stream loop prefetches). Rows of a line or wider (kWide: q8_0's rows, a
+// window of KCVT's all-head rows) ask for the second row's too, which lies in another line
+// that the stride of two rows would otherwise skip.
 template <bool kPrefetch, bool kWide>
 KVPACK_VNNI_ATTR inline void LoadRowPair(const uint8_t* codes, size_t k, size_t n_rows,
                                          size_t row_stride, size_t c_byte, __mmask64 live,
@@ -393,8 +393,11 @@ KVPACK_VNNI_ATTR void AxpyQuantizedI16(const int16_t* wq, size_t ldq, const floa
     const int16_t* wq_i = wq + i0 * ng * ldq;
     const float* s_i = s + i0 * ng;
     float* out_i = out + i0 * d;
-    // Rows of a line or more (a window of KCVT's all-head rows) prefetch both rows of a pair;
-    // a run-time test inside the row loop cost 10% of KIVI-4's value kernel.
+    // Rows of a line or more (q8_0's 64-byte rows, a window of KCVT's all-head rows) prefetch
+    // both rows of a pair; a run-time test inside the row loop cost 10% of KIVI-4's value
+    // kernel. (q8_0 took the narrow form until session 30: every second line of its codes
+    // then came from memory on demand, and its values took 233 instead of 156-170 us over 30
+    // layers at 512 tokens from memory; kv_codec_bench AccumulateCold/q8_0/512/30.)
     const bool wide = row_stride >= 64;
     const auto run = [&](auto kbits, auto kwide) {
       QueriesI16<m, decltype(kbits)::value, decltype(kwide)::value>(
@@ -410,7 +413,8 @@ KVPACK_VNNI_ATTR void AxpyQuantizedI16(const int16_t* wq, size_t ldq, const floa
     } else if (bits == 4) {
       wide ? run(B4{}, Wide{}) : run(B4{}, Narrow{});
     } else if (bits == 8) {
-      run(std::integral_constant<int, 8>{}, Narrow{});
+      using B8 = std::integral_constant<int, 8>;
+      wide ? run(B8{}, Wide{}) : run(B8{}, Narrow{});
     } else {
       run(B0{}, Narrow{});
     }
