@@ -1,5 +1,5 @@
 // Owning, 64-byte aligned, uninitialised-on-growth buffer of trivially copyable elements.
-// Buffers of 64 KiB or more live in 2 MiB pages where the system allows it
+// Buffers of 4 KiB or more live in 2 MiB pages where the system allows it
 // (core/huge_page_arena.h): the KV caches' stores are made of these.
 #ifndef KVPACK_CORE_ALIGNED_BUFFER_H_
 #define KVPACK_CORE_ALIGNED_BUFFER_H_

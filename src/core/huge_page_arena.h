@@ -13,6 +13,11 @@
 // - a chunk is kChunkBytes of address space (a larger request gets a chunk of its own),
 //   mapped lazily: a page costs memory once something is written to it;
 // - a buffer takes whole units of kUnitBytes, found first-fit in the chunk's bitmap;
+// - every buffer of kArenaMinBytes (4 KiB) or more lives here, not only the large ones: at
+//   depth 512 a head's codes, parameters and residual rows are 2 to 32 KiB, and with the
+//   threshold at 64 KiB (and 16 KiB units) only `f16`'s stores lived in huge pages; with
+//   4 KiB, attention over 30 layers from memory took 8-20% less time for q8_0, q4_0 and
+//   KIVI-4 and the same for `f16` (session 30, kv_codec_bench ...Cold/<spec>/512/30);
 // - a 2 MiB page that no buffer uses any more is given back (MADV_DONTNEED) and an empty
 //   chunk is unmapped, so a cache that shrinks (eviction) or goes away frees its memory.
 #ifndef KVPACK_CORE_HUGE_PAGE_ARENA_H_
@@ -29,7 +34,7 @@ namespace kvpack {
 class HugePageArena {
  public:
   static constexpr size_t kPageBytes = size_t{2} << 20;   // x86-64 and arm64 (4 KiB base) PMD
-  static constexpr size_t kUnitBytes = size_t{16} << 10;  // allocation granule
+  static constexpr size_t kUnitBytes = size_t{4} << 10;  // allocation granule
   static constexpr size_t kChunkBytes = size_t{32} << 20;
   static constexpr size_t kUnitsPerPage = kPageBytes / kUnitBytes;
 
@@ -76,7 +81,7 @@ class HugePageArena {
 // from aligned_alloc. The arena is off under AddressSanitizer (so that it sees every
 // buffer's bounds), where the environment sets KVPACK_HUGE_PAGES=0 (to measure without it),
 // and where the system has no madvise(MADV_HUGEPAGE).
-inline constexpr size_t kArenaMinBytes = size_t{64} << 10;
+inline constexpr size_t kArenaMinBytes = size_t{4} << 10;
 void* AllocateBufferBytes(size_t bytes, size_t alignment);
 void FreeBufferBytes(void* p, size_t bytes);
 // The process's arena, or nullptr while it is off.

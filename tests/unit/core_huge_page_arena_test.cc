@@ -219,8 +219,8 @@ TEST(BufferArena, LargeAlignedBuffersLiveInItAndSmallOnesDoNot) {
     }
     return false;
   };
-  AlignedBuffer<uint16_t> large(kArenaMinBytes / 2),  // 64 KiB
-      small(kArenaMinBytes / 4);  // 32 KiB
+  AlignedBuffer<uint16_t> large(kArenaMinBytes / 2),  // kArenaMinBytes bytes
+      small(kArenaMinBytes / 4);  // half of that
   EXPECT_TRUE(inside(large.data()));
   EXPECT_FALSE(inside(small.data()));
   large.Resize(kArenaMinBytes);  // grows to twice the capacity, still in the arena
