@@ -98,8 +98,11 @@ constexpr size_t kQ8PrefetchBytes = 4096;
 // the cache outgrows the CPU's, and the quantized codecs' kernels prefetch too, so the f16
 // baseline must. Float rows are the dequantized tiles of q8_0 (in L1 already; prefetching
 // past them measured no different) and the f32 reference codec.
+// bf16 rows (hwy::bfloat16_t below: the same 16 bits as fp16, another type so that the
+// templates pick the conversion) stream like fp16's.
 template <typename T>
-constexpr bool kStreamsRows = std::is_same_v<T, uint16_t>;
+constexpr bool kStreamsRows =
+    std::is_same_v<T, uint16_t> || std::is_same_v<T, hwy::bfloat16_t>;
 
 // Per q8_0 block: promote 32 int8 codes to f32 in vectors of up to 16 lanes, multiply with
 // x in two independent chains, then add the block's sum scaled by d into one of two running
@@ -198,8 +201,14 @@ HWY_INLINE hn::Vec<hn::ScalableTag<float>> LoadRow(hn::ScalableTag<float> d, con
   const hn::Rebind<hwy::float16_t, decltype(d)> dh;
   return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
 }
+HWY_INLINE hn::Vec<hn::ScalableTag<float>> LoadRow(hn::ScalableTag<float> d,
+                                                   const hwy::bfloat16_t* p) {
+  const hn::Rebind<hwy::bfloat16_t, decltype(d)> dh;
+  return hn::PromoteTo(d, hn::LoadU(dh, p));
+}
 HWY_INLINE float ScalarOf(float x) { return x; }
 HWY_INLINE float ScalarOf(uint16_t x) { return Fp16ToFp32(x); }
+HWY_INLINE float ScalarOf(hwy::bfloat16_t x) { return hwy::F32FromBF16(x); }
 
 // Per-row kernels for the rows a tile kernel leaves over (and targets without one).
 HWY_INLINE float DotRow(const float* row, const float* q, size_t n) {
@@ -207,6 +216,9 @@ HWY_INLINE float DotRow(const float* row, const float* q, size_t n) {
 }
 HWY_INLINE float DotRow(const uint16_t* row, const float* q, size_t n) {
   return DotF16F32Impl(row, q, n);
+}
+HWY_INLINE float DotRow(const hwy::bfloat16_t* row, const float* q, size_t n) {
+  return DotBF16F32Impl(reinterpret_cast<const uint16_t*>(row), q, n);
 }
 
 template <typename T>
@@ -236,6 +248,11 @@ HWY_INLINE __m128 SumLanesOf4(__m256 w0, __m256 w1, __m256 w2, __m256 w3) {
 HWY_INLINE __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
 HWY_INLINE __m256 Load8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+// bf16 is the top half of an fp32: widen to 32 bits and shift into place.
+HWY_INLINE __m256 Load8(const hwy::bfloat16_t* p) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
 // Rows [0, n_rows / 4 * 4); dim % 8 == 0. Returns the rows done.
@@ -357,6 +374,10 @@ void DotRowsF16Impl(const uint16_t* rows, size_t n_rows, size_t dim, const float
                     float* scores, size_t ld) {
   DotRowsTiled(rows, n_rows, dim, q, n_q, scores, ld);
 }
+void DotRowsBF16Impl(const uint16_t* rows, size_t n_rows, size_t dim, const float* q, size_t n_q,
+                     float* scores, size_t ld) {
+  DotRowsTiled(reinterpret_cast<const hwy::bfloat16_t*>(rows), n_rows, dim, q, n_q, scores, ld);
+}
 void AxpyRowsF32Impl(const float* p, size_t n_q, size_t ld, const float* rows, size_t n_rows,
                      size_t dim, float* out) {
   AxpyRowsTiled(p, n_q, ld, rows, n_rows, dim, out);
@@ -364,6 +385,11 @@ void AxpyRowsF32Impl(const float* p, size_t n_q, size_t ld, const float* rows, s
 void AxpyRowsF16Impl(const float* p, size_t n_q, size_t ld, const uint16_t* rows, size_t n_rows,
                      size_t dim, float* out) {
   AxpyRowsTiled(p, n_q, ld, rows, n_rows, dim, out);
+}
+
+void AxpyRowsBF16Impl(const float* p, size_t n_q, size_t ld, const uint16_t* rows,
+                      size_t n_rows, size_t dim, float* out) {
+  AxpyRowsTiled(p, n_q, ld, reinterpret_cast<const hwy::bfloat16_t*>(rows), n_rows, dim, out);
 }
 
 // Four running maxima: one waited for the last max at every vector (attention's 1024-score
@@ -501,6 +527,8 @@ HWY_EXPORT(DotTileF32Impl);
 HWY_EXPORT(DotRowsF16Impl);
 HWY_EXPORT(AxpyRowsF32Impl);
 HWY_EXPORT(AxpyRowsF16Impl);
+HWY_EXPORT(DotRowsBF16Impl);
+HWY_EXPORT(AxpyRowsBF16Impl);
 
 void DotRowsF32(const float* rows, size_t n_rows, size_t d, const float* q, size_t n_q,
                 float* scores, size_t ld) {
@@ -521,6 +549,15 @@ void AxpyRowsF32(const float* p, size_t n_q, size_t ld, const float* rows, size_
 void AxpyRowsF16(const float* p, size_t n_q, size_t ld, const uint16_t* rows, size_t n_rows,
                  size_t d, float* out) {
   HWY_DYNAMIC_DISPATCH(AxpyRowsF16Impl)(p, n_q, ld, rows, n_rows, d, out);
+}
+
+void DotRowsBF16(const uint16_t* rows, size_t n_rows, size_t d, const float* q, size_t n_q,
+                 float* scores, size_t ld) {
+  HWY_DYNAMIC_DISPATCH(DotRowsBF16Impl)(rows, n_rows, d, q, n_q, scores, ld);
+}
+void AxpyRowsBF16(const float* p, size_t n_q, size_t ld, const uint16_t* rows, size_t n_rows,
+                  size_t d, float* out) {
+  HWY_DYNAMIC_DISPATCH(AxpyRowsBF16Impl)(p, n_q, ld, rows, n_rows, d, out);
 }
 
 float DotF32(const float* a, const float* b, size_t n) {

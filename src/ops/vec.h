@@ -31,6 +31,7 @@ void AxpyF16(float s, const uint16_t* x, float* y, size_t n);
 // Tile kernels for attention over a block of cached rows (one dispatch per tile):
 //   scores[i * ld + t] = dot(rows[t], q[i])           rows: [n_rows, d], q: [n_q, d]
 //   out[i] += sum_t p[i * ld + t] * rows[t]           p: [n_q, ld], out: [n_q, d]
+// The F16 and BF16 forms take fp16 and bf16 bits (the bf16 cache's rows).
 // DotRowsF32 gives exactly DotF32 per row (the f32 cache is the bit-exact reference path);
 // DotTileF32 is the faster form for scratch tiles (dequantized q8_0 rows), summing in
 // another order (four rows and up to three query rows per register block on x86).
@@ -40,10 +41,14 @@ void DotTileF32(const float* rows, size_t n_rows, size_t d, const float* q, size
                 float* scores, size_t ld);
 void DotRowsF16(const uint16_t* rows, size_t n_rows, size_t d, const float* q, size_t n_q,
                 float* scores, size_t ld);
+void DotRowsBF16(const uint16_t* rows, size_t n_rows, size_t d, const float* q, size_t n_q,
+                 float* scores, size_t ld);
 void AxpyRowsF32(const float* p, size_t n_q, size_t ld, const float* rows, size_t n_rows,
                  size_t d, float* out);
 void AxpyRowsF16(const float* p, size_t n_q, size_t ld, const uint16_t* rows, size_t n_rows,
                  size_t d, float* out);
+void AxpyRowsBF16(const float* p, size_t n_q, size_t ld, const uint16_t* rows, size_t n_rows,
+                  size_t d, float* out);
 
 // Conversions: dst[i] = src[i]
 void ConvertF32ToF16(const float* src, uint16_t* dst, size_t n);

@@ -50,6 +50,10 @@ void AxpyF16Ref(float s, const uint16_t* x, float* y, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] += s * Fp16ToFp32(x[i]);
 }
 
+void AxpyBF16Ref(float s, const uint16_t* x, float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] += s * Bf16ToFp32(x[i]);
+}
+
 void ConvertF32ToF16Ref(const float* src, uint16_t* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = Fp32ToFp16(src[i]);
 }

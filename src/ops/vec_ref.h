@@ -13,6 +13,7 @@ float DotBF16F32Ref(const uint16_t* a, const float* b, size_t n);
 float DotQ8_0F32Ref(const void* a, const float* b, size_t n);
 void AxpyF32Ref(float s, const float* x, float* y, size_t n);
 void AxpyF16Ref(float s, const uint16_t* x, float* y, size_t n);
+void AxpyBF16Ref(float s, const uint16_t* x, float* y, size_t n);
 void ConvertF32ToF16Ref(const float* src, uint16_t* dst, size_t n);
 void ConvertF16ToF32Ref(const uint16_t* src, float* dst, size_t n);
 float MaxF32Ref(const float* x, size_t n);

@@ -130,48 +130,59 @@ void CheckRowTileKernels(size_t d, size_t n_q, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   const size_t n_rows = 37, ld = n_rows + 5;
   std::vector<float> rows(n_rows * d + 1), q(n_q * d), p(n_q * ld), out(n_q * d), out_ref(n_q * d);
-  std::vector<uint16_t> rows_h(n_rows * d + 1);
-  std::vector<float> rows_hf(n_rows * d + 1);
+  std::vector<uint16_t> rows_h(n_rows * d + 1), rows_b(n_rows * d + 1);
+  std::vector<float> rows_hf(n_rows * d + 1), rows_bf(n_rows * d + 1);
   for (size_t i = 0; i < rows.size(); ++i) {
     rows[i] = dist(rng);
     rows_h[i] = Fp32ToFp16(rows[i]);
     rows_hf[i] = Fp16ToFp32(rows_h[i]);
+    rows_b[i] = Fp32ToBf16(rows[i]);
+    rows_bf[i] = Bf16ToFp32(rows_b[i]);
   }
   for (auto& x : q) x = dist(rng);
   for (auto& x : p) x = std::fabs(dist(rng));
-  std::vector<float> scores(n_q * ld), scores_h(n_q * ld);
+  std::vector<float> scores(n_q * ld), scores_h(n_q * ld), scores_b(n_q * ld);
   DotRowsF32(rows.data() + 1, n_rows, d, q.data(), n_q, scores.data(), ld);  // misaligned rows
   std::vector<float> scores_tile(n_q * ld);
   DotTileF32(rows.data() + 1, n_rows, d, q.data(), n_q, scores_tile.data(), ld);
   DotRowsF16(rows_h.data() + 1, n_rows, d, q.data(), n_q, scores_h.data(), ld);
+  DotRowsBF16(rows_b.data() + 1, n_rows, d, q.data(), n_q, scores_b.data(), ld);
   for (size_t i = 0; i < n_q; ++i) {
     std::vector<float> qi(q.begin() + i * d, q.begin() + (i + 1) * d);
     for (size_t t = 0; t < n_rows; ++t) {
       std::vector<float> r(rows.begin() + 1 + t * d, rows.begin() + 1 + (t + 1) * d);
       std::vector<float> rh(rows_hf.begin() + 1 + t * d, rows_hf.begin() + 1 + (t + 1) * d);
+      std::vector<float> rb(rows_bf.begin() + 1 + t * d, rows_bf.begin() + 1 + (t + 1) * d);
       EXPECT_EQ(scores[i * ld + t], DotF32(r.data(), qi.data(), d));  // the same arithmetic
       EXPECT_NEAR(scores[i * ld + t], DotF32Ref(r.data(), qi.data(), d), DotBound(r, qi, 0, d));
       EXPECT_NEAR(scores_tile[i * ld + t], DotF32Ref(r.data(), qi.data(), d),
                   DotBound(r, qi, 0, d));
       EXPECT_NEAR(scores_h[i * ld + t], DotF16F32Ref(rows_h.data() + 1 + t * d, qi.data(), d),
                   DotBound(rh, qi, 0, d));
+      EXPECT_NEAR(scores_b[i * ld + t], DotBF16F32Ref(rows_b.data() + 1 + t * d, qi.data(), d),
+                  DotBound(rb, qi, 0, d));
     }
   }
-  for (int fmt = 0; fmt < 2; ++fmt) {
+  for (int fmt = 0; fmt < 3; ++fmt) {  // f32, fp16, bf16 rows
     std::fill(out.begin(), out.end(), 0.5f);
     std::fill(out_ref.begin(), out_ref.end(), 0.5f);
     if (fmt == 0) {
       AxpyRowsF32(p.data(), n_q, ld, rows.data() + 1, n_rows, d, out.data());
-    } else {
+    } else if (fmt == 1) {
       AxpyRowsF16(p.data(), n_q, ld, rows_h.data() + 1, n_rows, d, out.data());
+    } else {
+      AxpyRowsBF16(p.data(), n_q, ld, rows_b.data() + 1, n_rows, d, out.data());
     }
     double bound_scale = 0.0;
     for (size_t i = 0; i < n_q; ++i) {
       for (size_t t = 0; t < n_rows; ++t) {
-        if (fmt == 0)
+        if (fmt == 0) {
           AxpyF32Ref(p[i * ld + t], rows.data() + 1 + t * d, &out_ref[i * d], d);
-        else
+        } else if (fmt == 1) {
           AxpyF16Ref(p[i * ld + t], rows_h.data() + 1 + t * d, &out_ref[i * d], d);
+        } else {
+          AxpyBF16Ref(p[i * ld + t], rows_b.data() + 1 + t * d, &out_ref[i * d], d);
+        }
         bound_scale = std::max<double>(bound_scale, p[i * ld + t]);
       }
     }
@@ -181,7 +192,7 @@ void CheckRowTileKernels(size_t d, size_t n_q, std::mt19937& rng) {
   }
 }
 
-// Every compiled SIMD target this CPU runs (the fp16 key kernel has an AVX2 path that
+// Every compiled SIMD target this CPU runs (the fp16 and bf16 key kernels have an AVX2 path that
 // takes four rows and three query rows at a time), GQA groups of 1 to 5 query rows.
 TEST(VecTest, RowTileKernelsMatchPerRowReference) {
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {

@@ -12,15 +12,12 @@
 namespace kvpack {
 namespace {
 
-// Element traits: storage type, conversion, and the fused kernels for one row.
+// Element traits: storage type, conversion, and the tile kernels of attention (ops/vec.h).
 struct F32Traits {
   using T = float;
   static constexpr const char* kName = "f32";
   static void EncodeRow(const float* x, T* out, size_t n) { std::copy_n(x, n, out); }
   static float DecodeOne(T x) { return x; }
-  static float Dot(const T* row, const float* q, size_t n) { return DotF32(row, q, n); }
-  static void Axpy(float p, const T* row, float* out, size_t n) { AxpyF32(p, row, out, n); }
-  static constexpr bool kHasRowKernels = true;
   static void DotRows(const T* rows, size_t n, size_t d, const float* q, size_t n_q, float* s,
                       size_t ld) {
     DotRowsF32(rows, n, d, q, n_q, s, ld);
@@ -38,9 +35,6 @@ struct F16Traits {
   // the scalar conversion kv_codec_bench's AppendToken/f16 took 1.8 us, now 1.4-1.7.
   static void EncodeRow(const float* x, T* out, size_t n) { ConvertF32ToF16(x, out, n); }
   static float DecodeOne(T x) { return Fp16ToFp32(x); }
-  static float Dot(const T* row, const float* q, size_t n) { return DotF16F32(row, q, n); }
-  static void Axpy(float p, const T* row, float* out, size_t n) { AxpyF16(p, row, out, n); }
-  static constexpr bool kHasRowKernels = true;
   static void DotRows(const T* rows, size_t n, size_t d, const float* q, size_t n_q, float* s,
                       size_t ld) {
     DotRowsF16(rows, n, d, q, n_q, s, ld);
@@ -58,11 +52,17 @@ struct BF16Traits {
     for (size_t c = 0; c < n; ++c) out[c] = Fp32ToBf16(x[c]);
   }
   static float DecodeOne(T x) { return Bf16ToFp32(x); }
-  static float Dot(const T* row, const float* q, size_t n) { return DotBF16F32(row, q, n); }
-  static void Axpy(float p, const T* row, float* out, size_t n) {
-    for (size_t i = 0; i < n; ++i) out[i] += p * Bf16ToFp32(row[i]);
+  // bf16 rows take the fp16 cache's tile kernels with a bf16 row load (ops/vec.h); until
+  // session 31 they ran a dot per row and query and a scalar axpy: 0.80x of f16's decode
+  // speed at depth 512 and 0.37x at 8192.
+  static void DotRows(const T* rows, size_t n, size_t d, const float* q, size_t n_q, float* s,
+                      size_t ld) {
+    DotRowsBF16(rows, n, d, q, n_q, s, ld);
   }
-  static constexpr bool kHasRowKernels = false;  // no tile kernel: per-row fallback
+  static void AxpyRows(const float* p, size_t n_q, size_t ld, const T* rows, size_t n, size_t d,
+                       float* out) {
+    AxpyRowsBF16(p, n_q, ld, rows, n, d, out);
+  }
 };
 
 template <typename Traits>
@@ -105,14 +105,7 @@ class PlainStore final : public ComponentStore {
     const size_t d = shape_.head_dim;
     const int64_t n = t1 - t0;
     const T* base = heads_[head].data();
-    if constexpr (Traits::kHasRowKernels) {
-      Traits::DotRows(base + t0 * d, n, d, q, n_q, scores, n);
-      return;
-    }
-    for (int64_t t = t0; t < t1; ++t) {
-      const T* row = base + t * d;
-      for (int i = 0; i < n_q; ++i) scores[i * n + (t - t0)] = Traits::Dot(row, q + i * d, d);
-    }
+    Traits::DotRows(base + t0 * d, n, d, q, n_q, scores, n);
   }
 
   void Accumulate(int head, const float* p, int n_q, int64_t t0, int64_t t1,
@@ -120,14 +113,7 @@ class PlainStore final : public ComponentStore {
     const size_t d = shape_.head_dim;
     const int64_t n = t1 - t0;
     const T* base = heads_[head].data();
-    if constexpr (Traits::kHasRowKernels) {
-      Traits::AxpyRows(p, n_q, n, base + t0 * d, n, d, out);
-      return;
-    }
-    for (int64_t t = t0; t < t1; ++t) {
-      const T* row = base + t * d;
-      for (int i = 0; i < n_q; ++i) Traits::Axpy(p[i * n + (t - t0)], row, out + i * d, d);
-    }
+    Traits::AxpyRows(p, n_q, n, base + t0 * d, n, d, out);
   }
 
   void Decode(int head, int64_t t0, int64_t t1, float* out) const override {
