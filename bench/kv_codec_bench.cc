@@ -162,7 +162,8 @@ void BM_AppendToken(benchmark::State& state, const std::string& spec_text) {
   }
 }
 
-const char* const kSpecs[] = {"f16", "q8_0", "q4_0", "flexgen:bits=4", "flexgen:bits=2",
+const char* const kSpecs[] = {"f16", "bf16", "q8_0", "q4_0", "flexgen:bits=8", "kivi:bits=8",
+                              "kcvt:bits=8", "flexgen:bits=4", "flexgen:bits=2",
                               "kivi:bits=4", "kivi:bits=2", "kcvt:bits=4", "hf:nbits=4",
                               "gear-l:bits=2", "gear:bits=2",
                               "gear-l:bits=2,rank_prefill=0,rank_decode=0",

@@ -1,6 +1,7 @@
-// The errors the integer paths of the 2/4-bit codecs add, derived for the tests that compare
+// The errors the integer paths of the quantized codecs add, derived for the tests that compare
 // fused results with the decoded rows: the int8 query of the keys (ops/code_dot_i8.h) and
-// the int16 or int8 weights of the values (ops/code_dot_i16.h, ops/value_dot_i8.h).
+// the int16 or int8 weights of the values of every width (ops/code_dot_i16.h,
+// ops/value_dot_i8.h).
 //
 // A 2- or 4-bit key row is scored as alpha * (q8 . codes) (+ the min terms in float), with
 // q8 = round(q' / alpha), q' the query with the format's per-channel scales folded in

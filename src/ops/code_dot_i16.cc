@@ -48,6 +48,13 @@ float QuantizeWeightsI16Scalar(const float* w, size_t m, int16_t* wq) {
   return amax / kI16Max;
 }
 
+// The forms of code rows the chunk loops read (their kBits): 0, an unpacked tile (one byte per
+// code, in cache); 2, 4 or 8, packed LSB-first rows streaming from memory (8: one unsigned byte
+// per code, the rows of the 8-bit FlexGen, KIVI and KCVT values); kSignedBytes, q8_0's rows of
+// signed bytes.
+constexpr int kSignedBytes = -8;
+constexpr int CodeBitsOf(int form) { return form == 0 || form == kSignedBytes ? 8 : form; }
+
 size_t GroupsOfWindow(size_t first, size_t d, size_t group) {
   return (first + d - 1) / group - first / group + 1;
 }
@@ -139,9 +146,9 @@ KVPACK_VNNI_ATTR inline __m512i WeightPair(const int16_t* row, size_t k) {
 // The loops over query rows and blocks are unrolled before GCC decides where the arrays of
 // accumulators live: otherwise they stay in memory and every accumulator is stored to the
 // stack on every row pair (measured: the stores took half the kernel's time).
-// kBits = 0: codes are one byte each (codes[k * row_stride + c]); kBits = 2 or 4: codes are
-// read from packed LSB-first rows (row k at codes + k * row_stride, window channel c in byte
-// c * kBits / 8), so no unpacked tile is written; kBits = 8: one signed byte each (q8_0).
+// kBits (a form, above) = 0: codes are one byte each (codes[k * row_stride + c]); 2, 4 or 8:
+// codes are read from packed LSB-first rows (row k at codes + k * row_stride, window channel c
+// in byte c * kBits / 8), so no unpacked tile is written; kSignedBytes: one signed byte each.
 template <int NQ, int NB, int BPG, int kBits, bool kWide>
 KVPACK_VNNI_ATTR void ChunkI16(const int16_t* wq, size_t ldq, size_t ng, size_t g0,
                                const float* s, const uint8_t* codes, size_t n_rows,
@@ -151,11 +158,11 @@ KVPACK_VNNI_ATTR void ChunkI16(const int16_t* wq, size_t ldq, size_t ng, size_t 
   // second (index bit 6 selects the second source); bytes 4j + 1 and 4j + 3 are zeroed, so
   // each 16-bit half of the lane is one code as int16 (packed: the byte holding the code,
   // then shifted right by the code's bit offset, the same for both rows, and masked).
-  // kBits = 8 (signed bytes): the byte goes to the high half of its 16 bits instead (bytes
-  // 4j + 1 and 4j + 3) and an arithmetic shift by 8 sign-extends it.
-  constexpr bool kSigned = kBits == 8;
+  // kSignedBytes: the byte goes to the high half of its 16 bits instead (bytes 4j + 1 and
+  // 4j + 3) and an arithmetic shift by 8 sign-extends it.
+  constexpr bool kSigned = kBits == kSignedBytes;
   constexpr __mmask64 kPairBytes = kSigned ? 0xAAAAAAAAAAAAAAAAull : 0x5555555555555555ull;
-  constexpr int kCodeBits = kBits == 0 ? 8 : kBits;  // bits per code
+  constexpr int kCodeBits = CodeBitsOf(kBits);  // bits per code
   constexpr int kAt = kSigned ? 1 : 0;               // the code's byte within its 16 bits
   __m512i pick[NB];
 #pragma GCC unroll 16
@@ -201,7 +208,7 @@ KVPACK_VNNI_ATTR void ChunkI16(const int16_t* wq, size_t ldq, size_t ng, size_t 
       pairs[b] = _mm512_maskz_permutex2var_epi8(kPairBytes, r0, pick[b], r1);
       if constexpr (kSigned) {
         pairs[b] = _mm512_srai_epi16(pairs[b], 8);
-      } else if constexpr (kBits != 0) {
+      } else if constexpr (kBits == 2 || kBits == 4) {
         pairs[b] = _mm512_and_si512(_mm512_srlv_epi16(pairs[b], shift), code_mask);
       }
     }
@@ -381,8 +388,7 @@ KVPACK_VNNI_ATTR void QueriesI16(const int16_t* wq, size_t ldq, size_t ng, const
 }
 
 // The chunk loops over quantized weights wq [n_q * ng][ldq] with steps s [n_q * ng].
-// bits = 0: one byte per code; 2 or 4: packed rows (codes points at the window's first byte);
-// 8: one signed byte per code.
+// bits: a form (above); packed rows' codes point at the window's first byte.
 KVPACK_VNNI_ATTR void AxpyQuantizedI16(const int16_t* wq, size_t ldq, const float* s, size_t n_q,
                                        const uint8_t* codes, int bits, size_t n_rows,
                                        size_t row_stride, size_t d, size_t first, size_t group,
@@ -415,6 +421,9 @@ KVPACK_VNNI_ATTR void AxpyQuantizedI16(const int16_t* wq, size_t ldq, const floa
     } else if (bits == 8) {
       using B8 = std::integral_constant<int, 8>;
       wide ? run(B8{}, Wide{}) : run(B8{}, Narrow{});
+    } else if (bits == kSignedBytes) {
+      using Signed = std::integral_constant<int, kSignedBytes>;
+      wide ? run(Signed{}, Wide{}) : run(Signed{}, Narrow{});
     } else {
       run(B0{}, Narrow{});
     }
@@ -536,8 +545,8 @@ KVPACK_VNNI_ATTR void AccumulatePackedRowsAvx512(const float* p, size_t ldp, siz
                                msum_i);
     }
   });
-  AxpyQuantizedI16(wq.data(), kTileLdq, s.data(), n_q, rows + first * bits / 8, bits, n_rows,
-                   row_bytes, d, first, group, out);
+  AxpyQuantizedI16(wq.data(), kTileLdq, s.data(), n_q, rows + first * CodeBitsOf(bits) / 8, bits,
+                   n_rows, row_bytes, d, first, group, out);
 }
 
 #pragma GCC diagnostic pop
@@ -663,8 +672,8 @@ void AccumulateQ8_0RowsI16(const float* p, size_t ldp, size_t n_q, const uint16_
 #if KVPACK_HAVE_VNNI_KERNEL
   if (HasFusedQ8_0ValueKernel(d, n_rows)) {
     AccumulatePackedRowsAvx512<TileParams::kQ8_0Scales>(
-        p, ldp, n_q, scales, 2, 0, 2, reinterpret_cast<const uint8_t*>(codes), n_rows, d, 8, d,
-        0, 32, out, nullptr);
+        p, ldp, n_q, scales, 2, 0, 2, reinterpret_cast<const uint8_t*>(codes), n_rows, d,
+        kSignedBytes, d, 0, 32, out, nullptr);
     return;
   }
 #endif
@@ -690,7 +699,7 @@ void AccumulateQ8_0RowsI16Ref(const float* p, size_t ldp, size_t n_q, const uint
 }
 
 bool HasPackedInt16ValueKernel(int bits, size_t d, size_t first, size_t group) {
-  return (bits == 2 || bits == 4) && IntegerPathApplies(d, first, group);
+  return (bits == 2 || bits == 4 || bits == 8) && IntegerPathApplies(d, first, group);
 }
 
 void AxpyPackedRowsWeightedI16(const float* w, size_t n_q, size_t ld, const uint8_t* rows,

@@ -1,4 +1,4 @@
-// The value side of attention over 2- and 4-bit caches with integer weights: the weights of
+// The value side of attention over 2-, 4- and 8-bit caches with integer weights: the weights of
 // a tile (probability x the row's group scale) are quantized to int16 per (query row, group)
 // and multiplied with the codes by AVX512-VNNI `vpdpwssd` (two rows' codes of one channel
 // per 32-bit lane, 32 products per instruction against 16 per float FMA, and no conversion
@@ -10,7 +10,11 @@
 // halves the multiply work and drops the conversions. The error is bounded and small: per
 // (query row i, group g) the step is s = max_k |w_k| / 32767, each weight moves by at most
 // s / 2, so an output moves by at most s / 2 * sum_k code_k (2^-16 of the tile's largest
-// weight per unit of code), plus one float rounding of the result.
+// weight per unit of code), plus one float rounding of the result. Against the codes' own
+// error (up to half a step, |w_k| / 2 in these units, per term) that is small even for 8-bit
+// codes (up to 255): with the weight on one row, per term at most 255 / 65534 of the largest
+// weight, 1/128 of that row's own bound; with the weight spread evenly over a tile of 64 rows,
+// a root-mean-square error ~200 times below the codes'.
 // Non-goals: CPUs without AVX512-VNNI and AVX512-VBMI, windows not aligned to 16 channels, or
 // groups not a multiple of 16: those run AxpyCodeRowsWeighted (float weights, no such error).
 #ifndef KVPACK_OPS_CODE_DOT_I16_H_
@@ -39,10 +43,11 @@ void AxpyCodeRowsWeightedI16Ref(const float* w, size_t n_q, size_t ld, const uin
                                 size_t group, float* out);
 
 // The same with the codes read straight from packed LSB-first rows (row k at
-// rows + k * row_bytes, `bits` 2 or 4; window [first, first + d) of each row), so that no
+// rows + k * row_bytes, `bits` 2, 4 or 8; window [first, first + d) of each row), so that no
 // unpacked tile is written: the pair of two rows' bytes is picked as before, then each code
-// is shifted down by its bit offset and masked. Other widths and shapes unpack the window
-// and call AxpyCodeRowsWeightedI16.
+// of 2 or 4 bits is shifted down by its bit offset and masked (8-bit codes are the bytes
+// themselves; the packed form adds the prefetch of rows that stream from memory). Other
+// widths and shapes unpack the window and call AxpyCodeRowsWeightedI16.
 bool HasPackedInt16ValueKernel(int bits, size_t d, size_t first, size_t group);
 void AxpyPackedRowsWeightedI16(const float* w, size_t n_q, size_t ld, const uint8_t* rows,
                                size_t n_rows, size_t row_bytes, int bits, size_t d,

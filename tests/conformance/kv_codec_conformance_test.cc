@@ -55,14 +55,19 @@ std::string Str(const MethodSpec& s, const char* key, const char* fallback) {
   const std::string* v = s.Find(key);
   return v ? *v : fallback;
 }
-// Codecs whose 2- and 4-bit keys are scored with an int8 query and whose values of those
-// widths are accumulated with int16 weights (kv/codecs/token_group_rows.cc and channel_blocks.cc, q4_0 and q8_0 in
-// kv/codecs/q4_0_codec.cc, q8_0_codec.cc): their fused results carry the terms of
-// kv_integer_bounds.h (q8_0 only where its integer kernels run; the bound holds either way).
+// Codecs whose 2- and 4-bit keys are scored with an int8 query and whose values of every
+// width are accumulated with int16 (or int8) weights (kv/codecs/token_group_rows.cc and
+// channel_blocks.cc, q4_0 and q8_0 in kv/codecs/q4_0_codec.cc, q8_0_codec.cc): their fused
+// results carry the terms of kv_integer_bounds.h (q8_0 only where its integer kernels run; the
+// bounds hold either way).
+bool IntegerValues(const std::string& codec) {
+  static const std::set<std::string> kQuantFamily = {"q4_0", "q8_0", "kivi", "flexgen",
+                                                     "kcvt", "hf",   "gear", "gear-l"};
+  return kQuantFamily.count(codec) > 0;
+}
 bool IntegerKeys(const std::string& codec, const MethodSpec& s) {
   if (codec == "q4_0" || codec == "q8_0") return true;
-  static const std::set<std::string> kQuantFamily = {"kivi", "flexgen", "kcvt", "hf", "gear", "gear-l"};
-  if (!kQuantFamily.count(codec)) return false;
+  if (!IntegerValues(codec)) return false;
   // Every family default is at most 4 bits, so a spec without the key is integer too.
   return Int(s, codec == "hf" ? "nbits" : "bits", 4) <= 4;
 }
@@ -448,6 +453,7 @@ TEST_P(CodecConformance, FusedKernelsMatchDecode) {
   AppendChunked(*s, rows, n, 7);
   const auto q = Normal(n_q * d(), 4, 0.5f);
   const bool integer = IntegerKeys(GetParam().codec, spec());
+  const bool integer_values = IntegerValues(GetParam().codec);
   // The bound's `range` caps code * scale: the spread of the data for the min-max
   // quantizers; for q4_0 (scale |d| = max|x| / 8 of the block, codes <= 15) 15/8 max|x|; for
   // q8_0 (|code| <= 127, d = max|x| / 127 of the block, rounded to fp16) max|x| (1 + 2^-11).
@@ -494,10 +500,10 @@ TEST_P(CodecConformance, FusedKernelsMatchDecode) {
             ref += static_cast<double>(p[i * m + (t - t0)]) * dec[t * d() + c];
             mag += std::fabs(p[i * m + (t - t0)] * dec[t * d() + c]);
           }
-          // Plus, for 2/4-bit values, the int8 / int16 weights' term (kv_integer_bounds.h).
+          // Plus, for quantized values, the int8 / int16 weights' term (kv_integer_bounds.h).
           const double tol =
               4.0 * m * 6e-8 * (mag + 1.0) +
-              (integer ? IntegerValueBound(&p[i * m], m, key_range, CodeBits(codec, spec())) : 0.0) +
+              (integer_values ? IntegerValueBound(&p[i * m], m, key_range, CodeBits(codec, spec())) : 0.0) +
               SparseAccumulateBound(outliers, &p[i * m], t0, t1, c);
           ASSERT_NEAR(out[i * d() + c], ref, tol) << "tile " << t0 << ".." << t1;
         }

@@ -108,7 +108,7 @@ TEST(CodeDotI16, PackedRowsMatchTheTwinOnEveryTarget) {
     hwy::SetSupportedTargetsForTest(target);
     std::mt19937 rng(8);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (int bits : {2, 4}) {
+    for (int bits : {2, 4, 8}) {
       for (const Shape sh : {Shape{64, 0, 64}, Shape{64, 0, 32}, Shape{64, 64, 32},
                              Shape{128, 0, 128}, Shape{48, 16, 16}, Shape{64, 8, 32},
                              Shape{192, 0, 192}}) {
@@ -169,7 +169,7 @@ TEST(CodeDotI16, FusedPackedTileMatchesTheTwinOnEveryTarget) {
     hwy::SetSupportedTargetsForTest(target);
     std::mt19937 rng(9);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (int bits : {2, 4}) {
+    for (int bits : {2, 4, 8}) {
       // {192, 192}: KCVT's value rows, one group over three heads, read one head at a time.
       for (auto [row_len, group] : {std::pair<size_t, size_t>{64, 64}, {64, 32}, {64, 16},
                                     {128, 32}, {96, 32}, {192, 192}}) {

@@ -148,12 +148,8 @@ void ChannelBlocks::Accumulate(int64_t r0, int64_t r1, const float* p, int n_q, 
       UnpackTile(a, e, t.tile_codes.data());
       const float* pa = p + col0 + (a - r0);
       // One weight group spanning the row: the probabilities themselves.
-      if (UseIntegerValues(bits_)) {
-        AxpyCodeRowsWeightedI16(pa, n_q, ld, t.tile_codes.data(), e - a, d_, d_, 0, d_,
-                                t.acc.data());
-      } else {
-        AxpyCodeRowsWeighted(pa, n_q, ld, t.tile_codes.data(), e - a, d_, d_, 0, d_, t.acc.data());
-      }
+      AxpyCodeRowsWeightedI16(pa, n_q, ld, t.tile_codes.data(), e - a, d_, d_, 0, d_,
+                              t.acc.data());
       for (int i = 0; i < n_q; ++i) {
         for (int64_t k = 0; k < e - a; ++k) t.psum[i] += pa[i * ld + k];
       }

@@ -206,14 +206,9 @@ void AccumulatePackedTile(const uint8_t* rows, int64_t row_bytes, int64_t m, int
 }
 
 void AccumulateGroupedTile(const uint8_t* codes, int64_t m, int n, int first, int group,
-                           int bits, const float* p, int n_q, int64_t ld, CodeTileScratch& t,
-                           float* out) {
+                           const float* p, int n_q, int64_t ld, CodeTileScratch& t, float* out) {
   GroupedTileWeights(m, n, first, group, p, n_q, ld, t);
-  if (UseIntegerValues(bits)) {
-    AxpyCodeRowsWeightedI16(t.weights.data(), n_q, kTileRowsMax, codes, m, n, n, first, group, out);
-  } else {
-    AxpyCodeRowsWeighted(t.weights.data(), n_q, kTileRowsMax, codes, m, n, n, first, group, out);
-  }
+  AxpyCodeRowsWeightedI16(t.weights.data(), n_q, kTileRowsMax, codes, m, n, n, first, group, out);
 }
 
 void AddGroupedMinSums(int n_q, int n, int first, int group, const CodeTileScratch& t, float* out) {

@@ -22,9 +22,9 @@
 // head) one call scores the packed rows directly (ops/packed_scores.h), otherwise the dots
 // come from the unpacked tile (ops/code_dot_i8.h); 8-bit codes use the float kernels of
 // ops/code_dot.h. Values fold the per-(row, group) scale into the probability once per tile
-// (AxpyCodeRowsWeighted, or int16 weights for 2/4-bit codes: ops/code_dot_i16.h, which reads
-// whole packed rows without unpacking them; whole 2-bit rows take int8 weights,
-// ops/value_dot_i8.h) and add p.min per group. The float form of the cache never exists
+// (int16 weights: ops/code_dot_i16.h, which reads whole packed rows without unpacking them;
+// float weights, AxpyCodeRowsWeighted, on CPUs without the kernel; whole 2-bit rows take int8
+// weights, ops/value_dot_i8.h) and add p.min per group. The float form of the cache never exists
 // beyond one tile per thread; the bytes read are the compressed ones.
 // Non-goals: thread safety of mutation; bit-exactness with the Python libraries (the
 // quantizer follows METHODS.md 0 exactly, HQQ follows the published update rules).
@@ -113,11 +113,10 @@ void ScoreGroupedTileI8(const uint8_t* codes, int64_t m, int n, int group, int n
                         CodeTileScratch& t, float* scores, int64_t ld);
 // out[i, :] += the code part of sum_k p[i * ld + k] row_k over the tile; the min part goes
 // to t.msum [n_q, groups of the window] (zeroed by the caller before its first tile). The
-// window is channels [first, first + n). Codes of `bits` <= 4 take the int16-weight kernel
-// (ops/code_dot_i16.h) where the CPU has it.
+// window is channels [first, first + n). The int16-weight kernel (ops/code_dot_i16.h) where
+// the CPU has it, float weights elsewhere.
 void AccumulateGroupedTile(const uint8_t* codes, int64_t m, int n, int first, int group,
-                           int bits, const float* p, int n_q, int64_t ld, CodeTileScratch& t,
-                           float* out);
+                           const float* p, int n_q, int64_t ld, CodeTileScratch& t, float* out);
 // AccumulateGroupedTile with the codes read from packed rows (rows + k * row_bytes, window
 // [first, first + n)) by the int16 kernel; only where HasPackedInt16ValueKernel says so.
 void AccumulatePackedTile(const uint8_t* rows, int64_t row_bytes, int64_t m, int n, int first,
@@ -132,10 +131,10 @@ void AddGroupedMinSums(int n_q, int n, int first, int group, const CodeTileScrat
 // int8 per (query row, key block). 8-bit codes keep the float kernels: an int8 query would
 // add an error as large as the codes' own.
 inline bool UseIntegerKeys(int bits) { return bits <= 4; }
-// Values of the same codecs take int16 weights (ops/code_dot_i16.h, where the CPU has the
-// kernel): 2^-16 of a tile's largest weight per unit of code, far below the 2- and 4-bit
-// codes' own error; 8-bit codes keep float weights.
-inline bool UseIntegerValues(int bits) { return bits <= 4; }
+// Values of every width take int16 weights (ops/code_dot_i16.h, where the CPU has the
+// kernel, float weights elsewhere): 2^-16 of a tile's largest weight per unit of code, far
+// below the codes' own error, 8-bit codes' included (the bound in that header). Until session
+// 31 the 8-bit codes kept float weights over unpacked tiles, at twice f16's time per row.
 
 // Parameter helpers for the registry and codecs: integer `key` of `spec` must be one of
 // `allowed` (or, with an empty list, >= 1).

@@ -200,8 +200,7 @@ void TokenGroupRows::Accumulate(int64_t r0, const int64_t* rows, int64_t n_sel, 
   // Consecutive whole rows with the int16 kernel: the codes are read from the packed rows.
   // (A window of a row spanning heads, KCVT's values, measured 50% slower this way on a cache
   // read from memory: every head's pass then streams every row; those keep the unpacking.)
-  const bool packed = rows == nullptr && UseIntegerValues(bits_) &&
-                      HasPackedInt16ValueKernel(bits_, n, c0, group_);
+  const bool packed = rows == nullptr && HasPackedInt16ValueKernel(bits_, n, c0, group_);
   // Whole rows of 2-bit codes (heads of 64, 128, ... channels): int8 weights, four rows per
   // multiply (ops/value_dot_i8.h: half the multiply work of the int16 kernel; its coarser
   // weights move a 2-bit cache's KLD by a few percent of the codes' own error).
@@ -230,7 +229,7 @@ void TokenGroupRows::Accumulate(int64_t r0, const int64_t* rows, int64_t n_sel, 
       continue;
     }
     UnpackSelected(r0, rows, k0, k1, c0, n, t.tile_codes.data());
-    AccumulateGroupedTile(t.tile_codes.data(), m, n, c0, group_, bits_, p + col0 + k0, n_q, ld, t,
+    AccumulateGroupedTile(t.tile_codes.data(), m, n, c0, group_, p + col0 + k0, n_q, ld, t,
                           out);
   }
   AddGroupedMinSums(n_q, n, c0, group_, t, out);
