@@ -1,5 +1,5 @@
 // The errors the integer paths of the quantized codecs add, derived for the tests that compare
-// fused results with the decoded rows: the int8 query of the keys (ops/code_dot_i8.h) and
+// fused results with the decoded rows: the int8 (or int16) query of the keys (ops/code_dot_i8.h) and
 // the int16 or int8 weights of the values of every width (ops/code_dot_i16.h,
 // ops/value_dot_i8.h).
 //
@@ -21,9 +21,14 @@
 
 namespace kvpack {
 
-inline double IntegerKeyScoreBound(const float* q, int d, double range) {
+// 8-bit codes of the quantization family take an int16 query instead (QuantizeI16,
+// ops/code_dot_i8.h): |q'_c - alpha * q16_c| <= alpha * (1/2 + 2^-7), alpha = max|q'| / 32767,
+// so the same sum gives d * max|q| * range / 65534 * (1 + 2^-6). `int16_query` selects it
+// (q8_0's signed 8-bit codes keep the int8 query).
+inline double IntegerKeyScoreBound(const float* q, int d, double range, bool int16_query = false) {
   double qmax = 0.0;
   for (int c = 0; c < d; ++c) qmax = std::max(qmax, static_cast<double>(std::fabs(q[c])));
+  if (int16_query) return d * qmax * range / 65534.0 * (1.0 + std::ldexp(1.0, -6));
   return d * qmax * range / 254.0 * (1.0 + std::ldexp(1.0, -15));
 }
 

@@ -275,6 +275,33 @@ float QuantizeI8Impl(const float* x, size_t n, int8_t* q) {
   return amax / 127.0f;
 }
 
+float QuantizeI16Impl(const float* x, size_t n, int16_t* q) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<int16_t, decltype(df)> d16;
+  const size_t N = hn::Lanes(df);
+  auto vmax = hn::Zero(df);
+  size_t i = 0;
+  for (; i + N <= n; i += N) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(df, x + i)));
+  float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
+  for (size_t k = i; k < n; ++k) amax = std::max(amax, std::fabs(x[k]));
+  if (!(amax > 0.0f)) {
+    std::fill(q, q + n, int16_t{0});
+    return 0.0f;
+  }
+  const float inv = 32767.0f / amax;
+  const auto vinv = hn::Set(df, inv);
+  const auto lo = hn::Set(di, -32767), hi = hn::Set(di, 32767);
+  for (i = 0; i + N <= n; i += N) {
+    const auto r = hn::Min(hn::Max(hn::NearestInt(hn::Mul(hn::LoadU(df, x + i), vinv)), lo), hi);
+    hn::StoreU(hn::DemoteTo(d16, r), d16, q + i);
+  }
+  for (; i < n; ++i) {
+    q[i] = static_cast<int16_t>(std::clamp(std::nearbyint(x[i] * inv), -32767.0f, 32767.0f));
+  }
+  return amax / 32767.0f;
+}
+
 void CombineCodeDotsImpl(const int32_t* dots, const float* scale, const float* min, size_t pld,
                          size_t m, size_t n_q, size_t ng, const float* alpha, const float* qsum,
                          float* scores, size_t ld) {
@@ -310,6 +337,7 @@ HWY_AFTER_NAMESPACE();
 namespace kvpack {
 HWY_EXPORT(DotCodeRowsI8Impl);
 HWY_EXPORT(QuantizeI8Impl);
+HWY_EXPORT(QuantizeI16Impl);
 HWY_EXPORT(ScaleQuantizeI8Impl);
 
 void ScaleQuantizeI8(const float* x, size_t n_q, const float* scale, const float* min, size_t n,
@@ -347,6 +375,24 @@ void DotCodeRowsI8(const uint8_t* codes, size_t n_rows, size_t row_stride, size_
 
 float QuantizeI8(const float* x, size_t n, int8_t* q) {
   return HWY_DYNAMIC_DISPATCH(QuantizeI8Impl)(x, n, q);
+}
+
+float QuantizeI16(const float* x, size_t n, int16_t* q) {
+  return HWY_DYNAMIC_DISPATCH(QuantizeI16Impl)(x, n, q);
+}
+
+float QuantizeI16Ref(const float* x, size_t n, int16_t* q) {
+  float amax = 0.0f;
+  for (size_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  if (!(amax > 0.0f)) {
+    for (size_t i = 0; i < n; ++i) q[i] = 0;
+    return 0.0f;
+  }
+  const float inv = 32767.0f / amax;
+  for (size_t i = 0; i < n; ++i) {
+    q[i] = static_cast<int16_t>(std::clamp(std::nearbyint(x[i] * inv), -32767.0f, 32767.0f));
+  }
+  return amax / 32767.0f;
 }
 
 void DotCodeRowsI8Ref(const uint8_t* codes, size_t n_rows, size_t row_stride, size_t d,

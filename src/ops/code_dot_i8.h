@@ -27,6 +27,15 @@ namespace kvpack {
 float QuantizeI8(const float* x, size_t n, int8_t* q);
 float QuantizeI8Ref(const float* x, size_t n, int8_t* q);
 
+// The query of 8-bit codes (up to 255), where an int8 query's error would be as large as the
+// codes' own: symmetric int16, alpha = max|x| / 32767, q[i] = round(x[i] / alpha) in
+// [-32767, 32767] (all zero and alpha = 0 when x is zero); |x[i] - alpha * q[i]| <=
+// alpha * (1/2 + 2^-7) (the half step, plus three float roundings, of 32767 / max|x|, of the
+// product and of alpha, each below 2^-9 of alpha). 258 times finer than QuantizeI8; the dots take
+// vpdpwssd over the codes widened to 16 bits (ops/packed_scores.h). x: [n]; q: [n].
+float QuantizeI16(const float* x, size_t n, int16_t* q);
+float QuantizeI16Ref(const float* x, size_t n, int16_t* q);
+
 // QuantizeI8 of each row of x times scale (elementwise, the per-channel scales of a key
 // block folded into the query), n_q rows in one call (their dependency chains, a horizontal
 // max and a division each, overlap): alpha[i] = QuantizeI8(x_i * scale, q_i), and

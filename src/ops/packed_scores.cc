@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/half.h"
@@ -198,6 +199,22 @@ KVPACK_BLOCK_INLINE void ArrangedQuery128(const float* x, const __m512 (&sc)[8],
   _mm512_store_si512(qp + 64, _mm512_permutex2var_epi32(a, second, b));
 }
 
+// Per query row of d = 64 and 8-bit codes: QuantizeI16's rule (given inv = 32767 /
+// max|x * scale|) in ArrangeQueryI16's order (stored to qp, 64 int16). The order is applied
+// to the floats before the rounding; only the lower clamp can act (a NaN converts to
+// INT_MIN), and the saturating narrowing to int16 is then exact.
+KVPACK_BLOCK_INLINE void ArrangedQueryI16(const float* x, const __m512 (&sc)[4], __m512 inv,
+                                          int16_t* qp) {
+  const __m512i order = _mm512_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15);
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512 xs = _mm512_mul_ps(_mm512_loadu_ps(x + 16 * j), sc[j]);
+    const __m512 t = _mm512_permutexvar_ps(order, _mm512_mul_ps(xs, inv));
+    const __m512i r = _mm512_max_epi32(_mm512_cvtps_epi32(t), _mm512_set1_epi32(-32767));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(qp + 16 * j), _mm512_cvtsepi32_epi16(r));
+  }
+}
+
 // Four bytes of an arranged query: the memory operand of a broadcast.
 struct QueryDword {
   int8_t bytes[4];
@@ -374,6 +391,62 @@ KVPACK_BLOCK_INLINE void ColumnDots(const __m512i (&col)[kW], const int8_t* qp, 
   }
 }
 
+// acc += two int16 x int16 products per 32-bit lane, the two int16 the dword at q in every
+// lane (an embedded broadcast, as DotQuadsBroadcast).
+KVPACK_BLOCK_INLINE __m512i DotPairsBroadcast(__m512i acc, __m512i codes, const int16_t* q) {
+  asm("vpdpwssd %2%{1to16%}, %1, %0"
+      : "+v"(acc)
+      : "v"(codes), "m"(*reinterpret_cast<const QueryDword*>(q)));
+  return acc;
+}
+
+// ColumnDots for 8-bit codes (one unsigned byte per channel) and an int16 query
+// (QuantizeI16), arranged by ArrangeQueryI16: in each run of four channels the middle two
+// swap places, so that dword 2m of a query row holds channels 4m and 4m + 2 and dword 2m + 1
+// channels 4m + 1 and 4m + 3. Column m's lanes hold 4 codes of one row; its even bytes
+// (channels 4m, 4m + 2) and odd bytes (4m + 1, 4m + 3), each widened to 16 bits in place,
+// meet those dwords in one vpdpwssd each. Four chains per query row (by column parity and
+// byte parity) where the registers allow, else two. acc as ColumnDots'. Exact: |sum| <= d x
+// 255 x 32767 < 2^31 for d <= 128.
+template <int NQ, int kW, int kGroups>
+KVPACK_BLOCK_INLINE void ColumnDotsI16(const __m512i (&col)[kW], const int16_t* qp, size_t stride,
+                                       __m512i (&acc)[NQ][2]) {
+  constexpr int kChains = NQ * 4 + kW + 2 <= 32 ? 4 : 2;
+  constexpr int kPerGroup = kChains / kGroups;
+  __m512i part[NQ][kChains];
+#pragma GCC unroll 8
+  for (int i = 0; i < NQ; ++i) {
+#pragma GCC unroll 4
+    for (int c = 0; c < kChains; ++c) part[i][c] = _mm512_setzero_si512();
+  }
+  const __m512i even_bytes = _mm512_set1_epi16(0x00FF);
+  asm("" : "+r"(qp));  // as in ColumnDots: the query's addresses as displacements of one register
+#pragma GCC unroll 16
+  for (int m = 0; m < kW; ++m) {
+    const int group = kGroups == 1 ? 0 : m / (kW / 2);
+    const __m512i codes[2] = {_mm512_and_si512(col[m], even_bytes),
+                              _mm512_srli_epi16(col[m], 8)};
+#pragma GCC unroll 2
+    for (int b = 0; b < 2; ++b) {
+      const int c = group * kPerGroup + (2 * m + b) % kPerGroup;
+#pragma GCC unroll 8
+      for (int i = 0; i < NQ; ++i) {
+        part[i][c] = DotPairsBroadcast(part[i][c], codes[b], qp + stride * i + 4 * m + 2 * b);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < NQ; ++i) {
+    if constexpr (kChains == 2) {
+      acc[i][0] = part[i][0];
+      acc[i][1] = part[i][1];
+    } else {
+      acc[i][0] = _mm512_add_epi32(part[i][0], part[i][kGroups == 1 ? 2 : 1]);
+      acc[i][1] = _mm512_add_epi32(part[i][kGroups == 1 ? 1 : 2], part[i][3]);
+    }
+  }
+}
+
 // Blocks per phase: their arranged queries (d bytes per block and query) stay in L1.
 constexpr size_t PhaseBlocks(int d) { return d == 64 ? 32 : 16; }
 // Blocks ahead whose parameters are prefetched.
@@ -392,14 +465,18 @@ KVPACK_BLOCK_INLINE void LoadBlockParams(const uint16_t* pj, __m512 (&sc)[kV], _
   }
 }
 
-// The int8 queries of blocks [0, n) (n <= 16, params at params + 2 kD j) for query rows
-// [0, NQ): qp[j][i] arranged, alpha[i * kLd + j] and xmin[i * kLd + j]. First each block's
-// lane-wise max |q * scale| and q . min, then their reductions 16 blocks at a time
-// (ReduceEach16) and the divisions as vectors, then the rounding (q * scale recomputed). The
-// same q8 and alpha as QuantizeI8Ref's; xmin sums in another order.
+// The int8 queries (int16 for 8-bit codes: QueryOf) of blocks [0, n) (n <= 16, params at
+// params + 2 kD j) for query rows [0, NQ): qp[j][i] arranged, alpha[i * kLd + j] and
+// xmin[i * kLd + j]. First each block's lane-wise max |q * scale| and q . min, then their
+// reductions 16 blocks at a time (ReduceEach16) and the divisions as vectors, then the
+// rounding (q * scale recomputed). The same q8 (q16) and alpha as QuantizeI8Ref's
+// (QuantizeI16Ref's); xmin sums in another order.
+template <int kBits>
+using QueryOf = std::conditional_t<kBits == 8, int16_t, int8_t>;
 template <int kD, int kBits, int NQ, size_t kLd>
 KVPACK_BLOCK_INLINE void PrepareQueries16(const uint16_t* params, size_t n, const float* q,
-                                          int8_t (*qp)[NQ][kD], float* alpha, float* xmin) {
+                                          QueryOf<kBits> (*qp)[NQ][kD], float* alpha,
+                                          float* xmin) {
   constexpr int kV = kD / 16;
   __m512 lane_max[NQ][16], lane_dot[NQ][16];
   for (size_t j = 0; j < 16; ++j) {
@@ -424,7 +501,7 @@ KVPACK_BLOCK_INLINE void PrepareQueries16(const uint16_t* params, size_t n, cons
     }
   }
   alignas(64) float amax[NQ][16], inv[NQ][16];
-  const __m512 k127 = _mm512_set1_ps(127.0f);
+  const __m512 k127 = _mm512_set1_ps(kBits == 8 ? 32767.0f : 127.0f);  // the query's levels
 #pragma GCC unroll 8
   for (int i = 0; i < NQ; ++i) {
     const __m512 m = ReduceEach16<false>(lane_max[i]);
@@ -442,11 +519,14 @@ KVPACK_BLOCK_INLINE void PrepareQueries16(const uint16_t* params, size_t n, cons
 #pragma GCC unroll 8
     for (int i = 0; i < NQ; ++i) {
       if (!(amax[i][j] > 0.0f)) {
-        std::memset(qp[j][i], 0, kD);
+        std::memset(qp[j][i], 0, sizeof(qp[j][i]));
         continue;
       }
       const __m512 vinv = _mm512_set1_ps(inv[i][j]);
-      if constexpr (kD == 64) {
+      if constexpr (kBits == 8) {
+        static_assert(kD == 64);
+        ArrangedQueryI16(q + kD * i, sc, vinv, qp[j][i]);
+      } else if constexpr (kD == 64) {
         ArrangedQuery<kBits>(q + kD * i, sc, vinv, qp[j][i]);
       } else {
         ArrangedQuery128<kBits>(q + kD * i, sc, vinv, qp[j][i]);
@@ -471,7 +551,7 @@ KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
   using S = RowShape<kD, kBits>;
   constexpr size_t kPhase = PhaseBlocks(kD);
   static_assert(kPhase % 16 == 0);
-  alignas(64) int8_t qp[kPhase][NQ][kD];
+  alignas(64) QueryOf<kBits> qp[kPhase][NQ][kD];
   alignas(64) float alpha[NQ][kPhase], xmin[NQ][kPhase];
   for (size_t j0 = 0; j0 < n_blocks; j0 += kPhase) {
     const size_t jn = std::min(kPhase, n_blocks - j0);
@@ -493,7 +573,11 @@ KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
         __m512i col[S::kW];
         LoadTile<S::kW, S::kRowBytes>(rows + t0 * S::kRowBytes, left, col);
         __m512i acc[NQ][2];
-        ColumnDots<kBits, NQ, S::kW, 1, true>(col, qp[j][0], kD, acc);
+        if constexpr (kBits == 8) {
+          ColumnDotsI16<NQ, S::kW, 1>(col, qp[j][0], kD, acc);
+        } else {
+          ColumnDots<kBits, NQ, S::kW, 1, true>(col, qp[j][0], kD, acc);
+        }
         const __mmask16 live = static_cast<__mmask16>((1u << left) - 1);
 #pragma GCC unroll 8
         for (int i = 0; i < NQ; ++i) {
@@ -571,9 +655,11 @@ KVPACK_BLOCK_INLINE void LoadRowParams(const uint16_t* params, size_t t0, __mmas
 // half of a row's dwords is one group, so the groups' sums come out apart). Then
 // CombineCodeDots' arithmetic, group by group:
 //   acc = 0; for g: acc = fma(alpha_i * scale_g, dot_g, acc); acc = fma(min_g, qsum_ig, acc).
-template <int kD, int kBits, int NQ, int kGroups, RowParams kParams>
+// Q: int8_t, or int16_t for 8-bit unsigned codes (ColumnDotsI16; q8_0's signed codes take
+// the int8 query).
+template <int kD, int kBits, int NQ, int kGroups, RowParams kParams, typename Q>
 KVPACK_BLOCK_ATTR void TokenRowsPass(const uint8_t* rows, size_t n_rows, const uint16_t* params,
-                                     const int8_t* qp, const float* alpha, const float* qsum,
+                                     const Q* qp, const float* alpha, const float* qsum,
                                      float* scores, size_t ld) {
   using S = RowShape<kD, kBits>;
   static_assert(kGroups == 1 || kGroups == 2);
@@ -583,7 +669,11 @@ KVPACK_BLOCK_ATTR void TokenRowsPass(const uint8_t* rows, size_t n_rows, const u
     __m512i col[S::kW];
     LoadTile<S::kW, S::kRowBytes>(rows + t0 * S::kRowBytes, left, col);
     __m512i acc[NQ][2];
-    ColumnDots<kBits, NQ, S::kW, kGroups, kBits == 8>(col, qp, kD, acc);
+    if constexpr (std::is_same_v<Q, int16_t>) {
+      ColumnDotsI16<NQ, S::kW, kGroups>(col, qp, kD, acc);
+    } else {
+      ColumnDots<kBits, NQ, S::kW, kGroups, kBits == 8>(col, qp, kD, acc);
+    }
     __m512 dot[NQ][kGroups];
 #pragma GCC unroll 8
     for (int i = 0; i < NQ; ++i) {
@@ -627,14 +717,14 @@ KVPACK_BLOCK_ATTR void TokenRowsPass(const uint8_t* rows, size_t n_rows, const u
 
 // Query rows in passes of at most kMaxQ: two accumulators per query next to the tile's W <= 16
 // columns within the 32 registers (a GQA group of 4, as Llama's and Mistral's, is one pass).
-template <int kD, int kBits, int kGroups, RowParams kParams>
+template <int kD, int kBits, int kGroups, RowParams kParams, typename Q = int8_t>
 KVPACK_BLOCK_ATTR void ScoreTokenRowsFast(const uint8_t* rows, size_t n_rows,
-                                          const uint16_t* params, const int8_t* qp,
+                                          const uint16_t* params, const Q* qp,
                                           const float* alpha, const float* qsum, size_t n_q,
                                           float* scores, size_t ld) {
   constexpr size_t kMaxQ = 4;
   ForEachQueryChunk<kMaxQ>(n_q, [&](auto m, size_t i) {
-    TokenRowsPass<kD, kBits, m, kGroups, kParams>(rows, n_rows, params, qp + kD * i, alpha + i,
+    TokenRowsPass<kD, kBits, m, kGroups, kParams, Q>(rows, n_rows, params, qp + kD * i, alpha + i,
                                                   qsum + kGroups * i, scores + i * ld, ld);
   });
 }
@@ -647,8 +737,8 @@ bool HasFastPackedScores(size_t row_bytes, size_t d, int bits) {
 #if KVPACK_HAVE_BLOCK_KERNEL
   // CodeKernelsUseAvx512 asks Highway's dispatch (tests that pin a lower target take the
   // general path); hwy::SupportedTargets() would run CPUID on every call.
-  return (d == 64 || d == 128) && (bits == 2 || bits == 4) &&
-         row_bytes == d * static_cast<size_t>(bits) / 8 && CpuHasBlockKernel() &&
+  const bool shape = bits == 8 ? d == 64 : (d == 64 || d == 128) && (bits == 2 || bits == 4);
+  return shape && row_bytes == d * static_cast<size_t>(bits) / 8 && CpuHasBlockKernel() &&
          CodeKernelsUseAvx512();
 #else
   (void)row_bytes;
@@ -665,7 +755,9 @@ void ScoreChannelBlocksI8(const uint8_t* rows, size_t row_bytes, size_t d, int b
   if (n_blocks == 0 || n_q == 0) return;
 #if KVPACK_HAVE_BLOCK_KERNEL
   if (HasFastPackedScores(row_bytes, d, bits)) {
-    if (d == 64) {
+    if (bits == 8) {
+      ScoreBlocks<64, 8>(rows, params, starts, n_blocks, n_next_blocks, q, n_q, scores, ld);
+    } else if (d == 64) {
       (bits == 2 ? ScoreBlocks<64, 2> : ScoreBlocks<64, 4>)(rows, params, starts, n_blocks,
                                                             n_next_blocks, q, n_q, scores, ld);
     } else {
@@ -678,10 +770,11 @@ void ScoreChannelBlocksI8(const uint8_t* rows, size_t row_bytes, size_t d, int b
   (void)n_next_blocks;  // the general path reads block by block; no prefetch
   for (size_t j = 0; j < n_blocks; ++j) {
     const size_t r0 = static_cast<size_t>(starts[j]), r1 = static_cast<size_t>(starts[j + 1]);
-    if (r1 > r0) {
-      ScoreChannelBlockGeneral(rows + r0 * row_bytes, r1 - r0, row_bytes, d, bits,
-                               params + j * 2 * d, q, n_q, scores + r0, ld);
-    }
+    if (r1 <= r0) continue;
+    // 8-bit codes: the twin itself (slow; the codecs take their float path there instead).
+    (bits == 8 ? ScoreChannelBlockI8Ref : ScoreChannelBlockGeneral)(
+        rows + r0 * row_bytes, r1 - r0, row_bytes, d, bits, params + j * 2 * d, q, n_q,
+        scores + r0, ld);
   }
 }
 
@@ -782,10 +875,11 @@ int CodeAt(const uint8_t* row, size_t c, int bits) {
   return code;
 }
 
-// The twins' arithmetic: exact group dots, then CombineCodeDots' steps in float.
-template <class Param>
+// The twins' arithmetic: exact group dots, then CombineCodeDots' steps in float. Q: int8_t,
+// or int16_t (8-bit codes' query).
+template <class Param, typename Q>
 void ScoreGroupedRowsRef(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,
-                         int bits, size_t n_groups, Param param, const int8_t* q8,
+                         int bits, size_t n_groups, Param param, const Q* q8,
                          const float* alpha, const float* qsum, size_t n_q, float* scores,
                          size_t ld) {
   const size_t group = d / n_groups;
@@ -845,6 +939,52 @@ void ScoreTokenRowsI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, s
         min = Fp16ToFp32(params[(r * n_groups + g) * 2 + 1]);
       },
       q8, alpha, qsum, n_q, scores, ld);
+}
+
+bool HasFastTokenRowScoresI16(size_t d, size_t n_groups) {
+  return HasFastPackedScores(d, d, 8) && (n_groups == 1 || n_groups == 2);
+}
+
+namespace {
+// ColumnDotsI16's query order: in each run of four channels the middle two swap; n % 4 == 0.
+void ArrangeQueryI16(const int16_t* q16, size_t n, int16_t* qp) {
+  for (size_t c = 0; c + 4 <= n; c += 4) {
+    qp[c] = q16[c];
+    qp[c + 1] = q16[c + 2];
+    qp[c + 2] = q16[c + 1];
+    qp[c + 3] = q16[c + 3];
+  }
+}
+}  // namespace
+
+void ScoreTokenRowsI16(const uint8_t* rows, size_t n_rows, size_t d, size_t n_groups,
+                       const uint16_t* params, const int16_t* q16, const float* alpha,
+                       const float* qsum, size_t n_q, float* scores, size_t ld) {
+  if (n_rows == 0 || n_q == 0) return;
+#if KVPACK_HAVE_BLOCK_KERNEL
+  if (HasFastTokenRowScoresI16(d, n_groups)) {
+    thread_local std::vector<int16_t> qp;
+    qp.resize(n_q * d);
+    ArrangeQueryI16(q16, n_q * d, qp.data());
+    (n_groups == 1 ? ScoreTokenRowsFast<64, 8, 1, RowParams::kPairs, int16_t>
+                   : ScoreTokenRowsFast<64, 8, 2, RowParams::kPairs, int16_t>)(
+        rows, n_rows, params, qp.data(), alpha, qsum, n_q, scores, ld);
+    return;
+  }
+#endif
+  ScoreTokenRowsI16Ref(rows, n_rows, d, n_groups, params, q16, alpha, qsum, n_q, scores, ld);
+}
+
+void ScoreTokenRowsI16Ref(const uint8_t* rows, size_t n_rows, size_t d, size_t n_groups,
+                          const uint16_t* params, const int16_t* q16, const float* alpha,
+                          const float* qsum, size_t n_q, float* scores, size_t ld) {
+  ScoreGroupedRowsRef(
+      rows, n_rows, d, d, 8, n_groups,
+      [&](size_t r, size_t g, float& scale, float& min) {
+        scale = Fp16ToFp32(params[(r * n_groups + g) * 2]);
+        min = Fp16ToFp32(params[(r * n_groups + g) * 2 + 1]);
+      },
+      q16, alpha, qsum, n_q, scores, ld);
 }
 
 bool HasFastQ4_0Scores(size_t d) { return d == 64 && HasFastTokenRowScores(32, 64, 4, 2); }
@@ -941,6 +1081,7 @@ void ScoreChannelBlockI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes
                             float* scores, size_t ld) {
   std::vector<float> xs(d);
   std::vector<int8_t> q8(n_q * d);
+  std::vector<int16_t> q16(n_q * d);  // 8-bit codes
   std::vector<float> alpha(n_q), xmin(n_q);
   for (size_t i = 0; i < n_q; ++i) {
     float dot = 0.0f;
@@ -948,11 +1089,22 @@ void ScoreChannelBlockI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes
       xs[c] = q[i * d + c] * Fp16ToFp32(params[c]);
       dot += q[i * d + c] * Fp16ToFp32(params[d + c]);
     }
-    alpha[i] = QuantizeI8Ref(xs.data(), d, &q8[i * d]);
+    alpha[i] = bits == 8 ? QuantizeI16Ref(xs.data(), d, &q16[i * d])
+                         : QuantizeI8Ref(xs.data(), d, &q8[i * d]);
     xmin[i] = dot;
   }
   std::vector<int32_t> dots(n_q * n_rows);
-  DotPackedRowsI8Ref(rows, n_rows, row_bytes, d, bits, q8.data(), n_q, dots.data(), n_rows);
+  if (bits == 8) {
+    for (size_t i = 0; i < n_q; ++i) {
+      for (size_t r = 0; r < n_rows; ++r) {
+        int32_t acc = 0;
+        for (size_t c = 0; c < d; ++c) acc += rows[r * row_bytes + c] * q16[i * d + c];
+        dots[i * n_rows + r] = acc;
+      }
+    }
+  } else {
+    DotPackedRowsI8Ref(rows, n_rows, row_bytes, d, bits, q8.data(), n_q, dots.data(), n_rows);
+  }
   for (size_t i = 0; i < n_q; ++i) {
     for (size_t r = 0; r < n_rows; ++r) {
       const float a = alpha[i] * static_cast<float>(dots[i * n_rows + r]);

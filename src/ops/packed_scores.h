@@ -10,8 +10,11 @@
 // their buffers) took about a quarter of KIVI's decode time; here the queries of 32 blocks
 // are prepared first (their reduction chains overlap), then the blocks' rows are read. On
 // CPUs with AVX512-VNNI one vpdpbusd adds four code x query products per 32-bit lane.
-// Non-goals: head sizes other than 64 and 128 and widths other than 2 and 4 bits (8 for
-// q8_0's signed codes at d = 64) on the fast path;
+// 8-bit codes (0..255, FlexGen's, KIVI's and KCVT's 8-bit keys) take an int16 query instead
+// (QuantizeI16, ops/code_dot_i8.h: an int8 query's error would be as large as the codes'
+// own) and vpdpwssd over the code bytes widened to 16 bits, two products per lane.
+// Non-goals: head sizes other than 64 and 128 and widths other than 2 and 4 bits (8 at
+// d = 64, unsigned, and q8_0's signed codes) on the fast path;
 // every other case (and every other CPU) runs the general path of ops/code_dot_i8.h and
 // ops/packed_dot_i8.h, which computes the same q8, alpha and integer dots.
 #ifndef KVPACK_OPS_PACKED_SCORES_H_
@@ -28,7 +31,10 @@ namespace kvpack {
 //   scores[i * ld + r] = alpha_i * (q8_i . code_r) + xmin_i,
 // where (q8_i, alpha_i) = QuantizeI8(q_i * scale) and xmin_i = q_i . min (a float sum) with
 // the block's scale and min.
-//   rows: [starts[n_blocks], row_bytes] packed LSB-first codes (bits 2 or 4), row_bytes >=
+// With bits = 8, (q16_i, alpha_i) = QuantizeI16(q_i * scale) in place of the int8 query
+// (fast path only at d = 64; elsewhere the scalar twin, slow: the codecs check
+// HasFastPackedScores and take their float path instead).
+//   rows: [starts[n_blocks], row_bytes] packed LSB-first codes (bits 2, 4 or 8), row_bytes >=
 //   ceil(d * bits / 8); params: [n_blocks, 2, d] fp16, per block the per-channel scales then
 //   mins; q: [n_q, d]; scores: [n_q, ld].
 // n_next_blocks: how many blocks' parameters follow the range's in memory (at params + 2 d
@@ -38,9 +44,9 @@ void ScoreChannelBlocksI8(const uint8_t* rows, size_t row_bytes, size_t d, int b
                           const uint16_t* params, const int64_t* starts, size_t n_blocks,
                           const float* q, size_t n_q, float* scores, size_t ld,
                           size_t n_next_blocks);
-// The scalar twin of one block (n_rows rows, params [2, d]): QuantizeI8Ref of q * scale, DotPackedRowsI8Ref, the same float
-// combination. q8 and alpha are the same as the fast path's; xmin may differ in summation
-// order.
+// The scalar twin of one block (n_rows rows, params [2, d]): QuantizeI8Ref (QuantizeI16Ref for
+// 8-bit codes) of q * scale, exact integer dots, the same float combination. q8 (q16) and
+// alpha are the same as the fast path's; xmin may differ in summation order.
 void ScoreChannelBlockI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,
                             int bits, const uint16_t* params, const float* q, size_t n_q, float* scores,
                             size_t ld);
@@ -68,8 +74,24 @@ void ScoreTokenRowsI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, s
                          size_t ld);
 // Whether ScoreTokenRowsI8 takes its single-pass kernel for this shape on this CPU.
 bool HasFastTokenRowScores(size_t row_bytes, size_t d, int bits, size_t n_groups);
+
+// ScoreTokenRowsI8's contract for rows of 8-bit codes (one unsigned byte per channel, row_bytes
+// = d: FlexGen's 8-bit keys) and an int16 query (QuantizeI16: q16_i, alpha_i):
+//   acc = 0; for g: acc = fma(alpha_i * scale_rg, q16_i . code_rg, acc);
+//                   acc = fma(min_rg, qsum_ig, acc);
+//   scores[i * ld + r] = acc   (with one group: fma(min_r, qsum_i, (alpha_i * scale_r) * dot)).
+// Fast path (AVX512-VNNI, d = 64, one or two groups): ScoreTokenRowsI8's with ColumnDotsI16.
+// Elsewhere the twin itself (slow: the codecs check HasFastTokenRowScoresI16 and take their
+// float path instead). The twin: exact dots, the same float steps (bit-identical).
+void ScoreTokenRowsI16(const uint8_t* rows, size_t n_rows, size_t d, size_t n_groups,
+                       const uint16_t* params, const int16_t* q16, const float* alpha,
+                       const float* qsum, size_t n_q, float* scores, size_t ld);
+void ScoreTokenRowsI16Ref(const uint8_t* rows, size_t n_rows, size_t d, size_t n_groups,
+                          const uint16_t* params, const int16_t* q16, const float* alpha,
+                          const float* qsum, size_t n_q, float* scores, size_t ld);
+bool HasFastTokenRowScoresI16(size_t d, size_t n_groups);
 // Whether ScoreChannelBlocksI8 takes its single-pass kernel for this shape on this CPU (d 64
-// or 128, rows without padding).
+// or 128 for 2 and 4 bits, 64 for 8 bits; rows without padding).
 bool HasFastPackedScores(size_t row_bytes, size_t d, int bits);
 
 // Consecutive q4_0 rows in plane form (kv/codecs/q4_0_codec.h): ng = d / 32 groups of 32

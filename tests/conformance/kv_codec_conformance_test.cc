@@ -55,8 +55,9 @@ std::string Str(const MethodSpec& s, const char* key, const char* fallback) {
   const std::string* v = s.Find(key);
   return v ? *v : fallback;
 }
-// Codecs whose 2- and 4-bit keys are scored with an int8 query and whose values of every
-// width are accumulated with int16 (or int8) weights (kv/codecs/token_group_rows.cc and
+// Codecs whose keys are scored with an int8 query (2 and 4 bits, q8_0) or an int16 query (the
+// family's 8 bits, where the single-pass kernels run) and whose values of every width are
+// accumulated with int16 (or int8) weights (kv/codecs/token_group_rows.cc and
 // channel_blocks.cc, q4_0 and q8_0 in kv/codecs/q4_0_codec.cc, q8_0_codec.cc): their fused
 // results carry the terms of kv_integer_bounds.h (q8_0 only where its integer kernels run; the
 // bounds hold either way).
@@ -64,12 +65,6 @@ bool IntegerValues(const std::string& codec) {
   static const std::set<std::string> kQuantFamily = {"q4_0", "q8_0", "kivi", "flexgen",
                                                      "kcvt", "hf",   "gear", "gear-l"};
   return kQuantFamily.count(codec) > 0;
-}
-bool IntegerKeys(const std::string& codec, const MethodSpec& s) {
-  if (codec == "q4_0" || codec == "q8_0") return true;
-  if (!IntegerValues(codec)) return false;
-  // Every family default is at most 4 bits, so a spec without the key is integer too.
-  return Int(s, codec == "hf" ? "nbits" : "bits", 4) <= 4;
 }
 // The code width of a quantization-family spec, with each codec's default (the registry's).
 int CodeBits(const std::string& codec, const MethodSpec& s) {
@@ -452,8 +447,8 @@ TEST_P(CodecConformance, FusedKernelsMatchDecode) {
   auto s = Make();
   AppendChunked(*s, rows, n, 7);
   const auto q = Normal(n_q * d(), 4, 0.5f);
-  const bool integer = IntegerKeys(GetParam().codec, spec());
-  const bool integer_values = IntegerValues(GetParam().codec);
+  const bool integer = IntegerValues(GetParam().codec);
+  const bool int16_query = GetParam().codec != "q8_0" && CodeBits(GetParam().codec, spec()) == 8;
   // The bound's `range` caps code * scale: the spread of the data for the min-max
   // quantizers; for q4_0 (scale |d| = max|x| / 8 of the block, codes <= 15) 15/8 max|x|; for
   // q8_0 (|code| <= 127, d = max|x| / 127 of the block, rounded to fp16) max|x| (1 + 2^-11).
@@ -482,9 +477,10 @@ TEST_P(CodecConformance, FusedKernelsMatchDecode) {
           // Float summation of d products, possibly regrouped (scale factored out, min
           // term added separately): |err| <= c * d * eps * sum|q_i x_i| plus the rounding of
           // q*scale and q.min; 4 * d * 2^-24 * (mag + 1) covers both with margin.
-          // Plus, for 2/4-bit keys, the int8 query's term (derived in kv_integer_bounds.h).
+          // Plus, for quantized keys, the int8 or int16 query's term (kv_integer_bounds.h).
           const double tol = 4.0 * d() * 6e-8 * (mag + 1.0) +
-                             (integer ? IntegerKeyScoreBound(&q[i * d()], d(), key_range) : 0.0) +
+                             (integer ? IntegerKeyScoreBound(&q[i * d()], d(), key_range, int16_query)
+                                      : 0.0) +
                              SparseScoreBound(outliers, &q[i * d()], t);
           ASSERT_NEAR(scores[i * m + (t - t0)], ref, tol) << "tile " << t0 << ".." << t1;
         }
@@ -503,7 +499,7 @@ TEST_P(CodecConformance, FusedKernelsMatchDecode) {
           // Plus, for quantized values, the int8 / int16 weights' term (kv_integer_bounds.h).
           const double tol =
               4.0 * m * 6e-8 * (mag + 1.0) +
-              (integer_values ? IntegerValueBound(&p[i * m], m, key_range, CodeBits(codec, spec())) : 0.0) +
+              (integer ? IntegerValueBound(&p[i * m], m, key_range, CodeBits(codec, spec())) : 0.0) +
               SparseAccumulateBound(outliers, &p[i * m], t0, t1, c);
           ASSERT_NEAR(out[i * d() + c], ref, tol) << "tile " << t0 << ".." << t1;
         }

@@ -73,6 +73,44 @@ TEST(CodeDotI8, QuantizerKeepsItsBoundAndMatchesTheTwin) {
   EXPECT_EQ(q, std::vector<int8_t>(9, 0));
 }
 
+// The int16 query of 8-bit codes: the twin's codes and alpha bit for bit on every target, and
+// within alpha * (1/2 + 2^-7) of x (code_dot_i8.h), two-sided: the largest magnitude maps to
+// +-32767 and the error is 258 times below the int8 quantizer's bound.
+TEST(CodeDotI8, Int16QuantizerKeepsItsBoundAndMatchesTheTwin) {
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    for (size_t n : {1, 7, 16, 64, 100, 300}) {
+      std::vector<float> x(n);
+      for (auto& v : x) v = g(rng) * (n % 2 ? 1e-3f : 30.0f);
+      std::vector<int16_t> q(n), r(n);
+      const float alpha = QuantizeI16(x.data(), n, q.data());
+      ASSERT_EQ(alpha, QuantizeI16Ref(x.data(), n, r.data())) << hwy::TargetName(target);
+      ASSERT_EQ(q, r) << hwy::TargetName(target);
+      float amax = 0.0f;
+      int hits = 0;
+      double worst = 0.0;
+      for (size_t i = 0; i < n; ++i) {
+        amax = std::max(amax, std::fabs(x[i]));
+        EXPECT_LE(std::abs(static_cast<int>(q[i])), 32767);
+        const double err = std::fabs(x[i] - static_cast<double>(alpha) * q[i]);
+        EXPECT_LE(err, alpha * (0.5 + std::ldexp(1.0, -7))) << i;
+        worst = std::max(worst, err);
+        hits += std::abs(static_cast<int>(q[i])) == 32767;
+      }
+      EXPECT_FLOAT_EQ(alpha, amax / 32767.0f);
+      EXPECT_GE(hits, 1);
+      EXPECT_LE(worst, amax / 127.0 * 0.5 / 200.0);  // far below QuantizeI8's alpha / 2
+    }
+    std::vector<float> zero(9, 0.0f);
+    std::vector<int16_t> q(9, 5);
+    EXPECT_EQ(QuantizeI16(zero.data(), 9, q.data()), 0.0f);
+    EXPECT_EQ(q, std::vector<int16_t>(9, 0));
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(CodeDotI8, ScaleQuantizeEqualsScalingThenQuantizing) {
   // Several rows in one call (the rows' phases are interleaved): each row's codes and scale
   // equal quantizing x * scale on its own, on every target; a zero row stays zero.

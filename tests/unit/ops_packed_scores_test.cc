@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "ops/code_dot_i8.h"
 
 namespace kvpack {
 namespace {
@@ -60,7 +61,7 @@ TEST(ChannelBlockScores, MatchTheTwinOnEveryTarget) {
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
     std::mt19937 rng(21);
-    for (int bits : {2, 4}) {
+    for (int bits : {2, 4, 8}) {  // 8: the int16 query (fast at d = 64; the twin elsewhere)
       for (size_t d : {32, 64, 128}) {
         for (size_t pad : {0, 3}) {
           const size_t row_bytes = d * bits / 8 + pad;
@@ -123,7 +124,7 @@ TEST(ChannelBlockScores, TilesWithTheirFollowingBlocksEqualOneCall) {
   std::mt19937 rng(23);
   std::vector<int64_t> sizes(70, 32);
   sizes[40] = 11;
-  for (int bits : {2, 4}) {
+  for (int bits : {2, 4, 8}) {
     for (size_t d : {64, 128}) {
       const size_t row_bytes = d * bits / 8, n_q = 3;
       const Case c = MakeCase(sizes, row_bytes, d, n_q, /*zero_mins=*/false, rng);
@@ -221,6 +222,84 @@ TEST(TokenRowScores, EqualTheTwinOnEveryTarget) {
   }
   hwy::SetSupportedTargetsForTest(0);
   if (fast_runs == 0) GTEST_SKIP() << "no AVX512-VNNI: only the general path was compared";
+}
+
+// 8-bit per-token rows (FlexGen's 8-bit keys) with the int16 query: the fast path (d = 64,
+// AVX512-VNNI) equals the twin bit for bit; and both stay within the derived bound of the
+// exact score q . (code * scale + min) in double:
+//   sum_c |q_c - alpha q16_c| scale code_c <= alpha (1/2 + 2^-7) sum_g scale_g sum_{c in g} code_c
+// plus the float steps (a few roundings of the terms' magnitude). Two-sided: the error is
+// nonzero (the query really is quantized) and far below an int8 query's bound.
+TEST(TokenRowScores, EightBitRowsWithTheInt16QueryEqualTheTwinAndKeepTheBound) {
+  int fast_runs = 0;
+  double worst_ratio = 0.0;
+  bool saw_error = false;
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::mt19937 rng(24);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    for (size_t d : {64, 128}) {
+      for (size_t n_groups : {1, 2}) {
+        const bool fast = HasFastTokenRowScoresI16(d, n_groups);
+        fast_runs += fast;
+        const size_t group = d / n_groups;
+        for (size_t n_rows : {1, 5, 16, 17, 40, 100}) {
+          for (size_t n_q : {1, 3, 4, 5}) {
+            std::vector<uint8_t> rows(n_rows * d);
+            for (auto& b : rows) b = static_cast<uint8_t>(rng());
+            std::vector<uint16_t> params(2 * n_rows * n_groups);
+            for (size_t k = 0; k < params.size(); k += 2) {
+              params[k] = Fp32ToFp16(std::fabs(g(rng)) * 0.01f + 0.001f);
+              params[k + 1] = Fp32ToFp16(g(rng));
+            }
+            std::vector<float> q(n_q * d);
+            for (auto& x : q) x = g(rng);
+            std::vector<int16_t> q16(n_q * d);
+            std::vector<float> alpha(n_q), qsum(n_q * n_groups, 0.0f);
+            for (size_t i = 0; i < n_q; ++i) {
+              alpha[i] = QuantizeI16Ref(&q[i * d], d, &q16[i * d]);
+              for (size_t c = 0; c < d; ++c) qsum[i * n_groups + c / group] += q[i * d + c];
+            }
+            const size_t ld = n_rows + 3;
+            std::vector<float> out(n_q * ld, -5.0f), ref(n_q * ld, -5.0f);
+            ScoreTokenRowsI16(rows.data(), n_rows, d, n_groups, params.data(), q16.data(),
+                              alpha.data(), qsum.data(), n_q, out.data(), ld);
+            ScoreTokenRowsI16Ref(rows.data(), n_rows, d, n_groups, params.data(), q16.data(),
+                                 alpha.data(), qsum.data(), n_q, ref.data(), ld);
+            ASSERT_EQ(out, ref) << hwy::TargetName(target) << " d " << d << " groups "
+                                << n_groups << " rows " << n_rows << " n_q " << n_q;
+            for (size_t i = 0; i < n_q; ++i) {
+              for (size_t r = 0; r < ld; ++r) {
+                if (r >= n_rows) {
+                  ASSERT_EQ(out[i * ld + r], -5.0f);
+                  continue;
+                }
+                double exact = 0.0, bound = 0.0, mag = 0.0, int8_bound = 0.0;
+                for (size_t c = 0; c < d; ++c) {
+                  const uint16_t* pr = &params[(r * n_groups + c / group) * 2];
+                  const double scale = Fp16ToFp32(pr[0]), min = Fp16ToFp32(pr[1]);
+                  const double code = rows[r * d + c];
+                  exact += q[i * d + c] * (code * scale + min);
+                  mag += std::fabs(q[i * d + c]) * (code * scale + std::fabs(min));
+                  bound += alpha[i] * (0.5 + std::ldexp(1.0, -7)) * scale * code;
+                  int8_bound += alpha[i] * 32767.0 / 127.0 * 0.5 * scale * code;
+                }
+                const double err = std::fabs(out[i * ld + r] - exact);
+                ASSERT_LE(err, bound + 8.0 * std::ldexp(mag, -24))
+                    << hwy::TargetName(target) << " d " << d << " query " << i << " row " << r;
+                worst_ratio = std::max(worst_ratio, err / int8_bound);
+                saw_error = saw_error || err > 0.0;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  EXPECT_TRUE(saw_error);
+  EXPECT_LT(worst_ratio, 0.02);  // at most 1/50 of what an int8 query may cost
+  if (fast_runs == 0) GTEST_SKIP() << "no AVX512-VNNI: only the twin ran";
 }
 
 // q4_0 plane rows: 32-channel groups with scale s and min -8 s. The fast path (d = 64 with

@@ -159,20 +159,37 @@ CodeTileScratch& TileScratch(int64_t width) {
   return s;
 }
 
-void PrepareGroupedQueryI8(const float* q, int n_q, int n, int group, CodeTileScratch& t) {
+namespace {
+
+// t.qm [n_q, ng]: the sum of each query row over each group.
+void GroupedQuerySums(const float* q, int n_q, int n, int group, CodeTileScratch& t) {
   const int ng = (n + group - 1) / group;
-  t.q8.resize(static_cast<size_t>(n_q) * n);
-  t.alpha.resize(n_q);
-  t.qm.assign(static_cast<size_t>(n_q) * ng, 0.0f);  // [n_q, ng] sum of q over each group
+  t.qm.assign(static_cast<size_t>(n_q) * ng, 0.0f);
   if (t.ones.size() < static_cast<size_t>(group)) t.ones.resize(group, 1.0f);
   for (int i = 0; i < n_q; ++i) {
-    t.alpha[i] = QuantizeI8(q + i * n, n, &t.q8[i * n]);
     for (int g = 0; g < ng; ++g) {  // a SIMD dot with ones: a scalar sum is one long chain
       const int c0 = g * group, len = std::min(n, c0 + group) - c0;
       t.qm[i * ng + g] = DotF32(q + i * n + c0, t.ones.data(), len);
     }
   }
+}
+
+}  // namespace
+
+void PrepareGroupedQueryI8(const float* q, int n_q, int n, int group, CodeTileScratch& t) {
+  const int ng = (n + group - 1) / group;
+  t.q8.resize(static_cast<size_t>(n_q) * n);
+  t.alpha.resize(n_q);
+  for (int i = 0; i < n_q; ++i) t.alpha[i] = QuantizeI8(q + i * n, n, &t.q8[i * n]);
+  GroupedQuerySums(q, n_q, n, group, t);
   t.dots.resize(static_cast<size_t>(n_q) * ng * kTileRowsMax);
+}
+
+void PrepareGroupedQueryI16(const float* q, int n_q, int n, int group, CodeTileScratch& t) {
+  t.q16.resize(static_cast<size_t>(n_q) * n);
+  t.alpha.resize(n_q);
+  for (int i = 0; i < n_q; ++i) t.alpha[i] = QuantizeI16(q + i * n, n, &t.q16[i * n]);
+  GroupedQuerySums(q, n_q, n, group, t);
 }
 
 void ScoreGroupedTileI8(const uint8_t* codes, int64_t m, int n, int group, int n_q,

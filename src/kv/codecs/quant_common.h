@@ -20,8 +20,8 @@
 // first), exact int32 code dots, then alpha, scales and q.min in one vector pass; when one
 // group covers the whole row (KIVI-style per-channel blocks, per-token groups as wide as the
 // head) one call scores the packed rows directly (ops/packed_scores.h), otherwise the dots
-// come from the unpacked tile (ops/code_dot_i8.h); 8-bit codes use the float kernels of
-// ops/code_dot.h. Values fold the per-(row, group) scale into the probability once per tile
+// come from the unpacked tile (ops/code_dot_i8.h); 8-bit codes take an int16 query where the
+// single-pass kernels run, the float kernels of ops/code_dot.h elsewhere. Values fold the per-(row, group) scale into the probability once per tile
 // (int16 weights: ops/code_dot_i16.h, which reads whole packed rows without unpacking them;
 // float weights, AxpyCodeRowsWeighted, on CPUs without the kernel; whole 2-bit rows take int8
 // weights, ops/value_dot_i8.h) and add p.min per group. The float form of the cache never exists
@@ -88,6 +88,7 @@ struct CodeTileScratch {
   std::vector<float> params;        // [kTileRows, n_groups, 2] fp16 params as floats
   std::vector<float> msum;          // [n_q, n_groups]
   std::vector<int8_t> q8;           // [n_q, width] int8 query of the integer key path
+  std::vector<int16_t> q16;         // [n_q, width] int16 query of 8-bit keys
   std::vector<float> alpha;         // [n_q] its scales
   std::vector<int32_t> dots;        // [n_q, n_groups, kTileRows] integer code dots
   std::vector<float> weights;       // [n_q, n_groups, kTileRows] probability x row scale
@@ -108,6 +109,8 @@ CodeTileScratch& TileScratch(int64_t width);
 // The int8 query of n_q rows q [n_q, n] (window aligned to the groups): t.q8, t.alpha and
 // t.qm [n_q, groups] (sum of q over each group).
 void PrepareGroupedQueryI8(const float* q, int n_q, int n, int group, CodeTileScratch& t);
+// The same with the int16 query of 8-bit codes (QuantizeI16): t.q16, t.alpha, t.qm.
+void PrepareGroupedQueryI16(const float* q, int n_q, int n, int group, CodeTileScratch& t);
 // scores[i * ld + k] = q_i . row k for the m <= kTileRowsMax rows of a tile; codes <= 127.
 void ScoreGroupedTileI8(const uint8_t* codes, int64_t m, int n, int group, int n_q,
                         CodeTileScratch& t, float* scores, int64_t ld);
@@ -128,8 +131,11 @@ void AddGroupedMinSums(int n_q, int n, int first, int group, const CodeTileScrat
 
 // Keys of 2- and 4-bit codecs are scored in the integer domain (ops/code_dot_i8.h): the
 // query, with the per-channel scales folded in where the format has them, is quantized to
-// int8 per (query row, key block). 8-bit codes keep the float kernels: an int8 query would
-// add an error as large as the codes' own.
+// int8 per (query row, key block). An int8 query would add an error as large as 8-bit codes'
+// own: those take an int16 query (QuantizeI16, 258 times finer) where the single-pass kernels
+// of ops/packed_scores.h run (AVX512-VNNI, head size 64: HasFastPackedScores,
+// HasFastTokenRowScoresI16), and the float kernels elsewhere. (Until session 31 they took
+// the float kernels everywhere, at 2.7 times f16's key time in cache.)
 inline bool UseIntegerKeys(int bits) { return bits <= 4; }
 // Values of every width take int16 weights (ops/code_dot_i16.h, where the CPU has the
 // kernel, float weights elsewhere): 2^-16 of a tile's largest weight per unit of code, far

@@ -100,6 +100,14 @@ void TokenGroupRows::Scores(int64_t r0, const int64_t* rows, int64_t n_sel, int 
     ScoresInteger(r0, rows, n_sel, c0, n, q, n_q, scores, ld, col0, t);
     return;
   }
+  // 8-bit codes, consecutive whole rows: the int16 query (quant_common.h, UseIntegerKeys).
+  if (bits_ == 8 && rows == nullptr && c0 == 0 && n == row_len_ &&
+      HasFastTokenRowScoresI16(n, n_groups_)) {
+    PrepareGroupedQueryI16(q, n_q, n, group_, t);
+    ScoreTokenRowsI16(&codes_[r0 * row_bytes_], n_sel, n, n_groups_, &params_[r0 * 2 * n_groups_],
+                      t.q16.data(), t.alpha.data(), t.qm.data(), n_q, scores + col0, ld);
+    return;
+  }
   const int g = c0 / group_;
   if (g != (c0 + n - 1) / group_) {
     // The window spans several groups: a per-group scale inside the dot product would need
