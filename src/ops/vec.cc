@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "core/half.h"
 #include "ops/prefetch.h"
@@ -103,6 +104,25 @@ constexpr size_t kQ8PrefetchBytes = 4096;
 template <typename T>
 constexpr bool kStreamsRows =
     std::is_same_v<T, uint16_t> || std::is_same_v<T, hwy::bfloat16_t>;
+
+// bf16 rows are read a dword per pair of channels (2j, 2j + 1): since bf16 is the top half
+// of an fp32, the dword shifted left by 16 is channel 2j's float and the dword masked to its
+// high half channel 2j + 1's. One integer op per vector of floats, where widening bf16 to 32
+// bits and shifting takes two (the keys meet a query in the same order, SplitPairs; the
+// values' accumulators keep it until the end, AxpyRowsBlockSplit).
+template <typename T>
+constexpr bool kSplitsPairs = std::is_same_v<T, hwy::bfloat16_t>;
+
+// The query order of split bf16 pairs: per 16 channels the 8 even ones, then the 8 odd ones.
+// x, out: [n]; n % 16 == 0.
+inline void SplitPairs(const float* x, size_t n, float* out) {
+  for (size_t c = 0; c < n; c += 16) {
+    for (size_t j = 0; j < 8; ++j) {
+      out[c + j] = x[c + 2 * j];
+      out[c + 8 + j] = x[c + 2 * j + 1];
+    }
+  }
+}
 
 // Per q8_0 block: promote 32 int8 codes to f32 in vectors of up to 16 lanes, multiply with
 // x in two independent chains, then add the block's sum scaled by d into one of two running
@@ -255,7 +275,8 @@ HWY_INLINE __m256 Load8(const hwy::bfloat16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
-// Rows [0, n_rows / 4 * 4); dim % 8 == 0. Returns the rows done.
+// Rows [0, n_rows / 4 * 4); dim % 8 == 0 (bf16: dim % 16 == 0 and q in SplitPairs order).
+// Returns the rows done.
 template <size_t M, typename T>
 size_t DotRowsBy4(const T* rows, size_t n_rows, size_t dim, const float* q, float* scores,
                   size_t ld) {
@@ -267,11 +288,28 @@ size_t DotRowsBy4(const T* rows, size_t n_rows, size_t dim, const float* q, floa
     }
     __m256 acc[4 * M];
     for (size_t k = 0; k < 4 * M; ++k) acc[k] = _mm256_setzero_ps();
-    for (size_t c = 0; c < dim; c += 8) {
-      for (size_t k = 0; k < 4; ++k) {
-        const __m256 x = Load8(rows + (t + k) * dim + c);
-        for (size_t m = 0; m < M; ++m) {
-          acc[m * 4 + k] = _mm256_fmadd_ps(x, _mm256_loadu_ps(q + m * dim + c), acc[m * 4 + k]);
+    if constexpr (kSplitsPairs<T>) {
+      const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+      for (size_t c = 0; c < dim; c += 16) {
+        for (size_t k = 0; k < 4; ++k) {
+          const __m256i v =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows + (t + k) * dim + c));
+          const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+          const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(v, high));
+          for (size_t m = 0; m < M; ++m) {
+            const float* qm = q + m * dim + c;
+            acc[m * 4 + k] = _mm256_fmadd_ps(even, _mm256_loadu_ps(qm), acc[m * 4 + k]);
+            acc[m * 4 + k] = _mm256_fmadd_ps(odd, _mm256_loadu_ps(qm + 8), acc[m * 4 + k]);
+          }
+        }
+      }
+    } else {
+      for (size_t c = 0; c < dim; c += 8) {
+        for (size_t k = 0; k < 4; ++k) {
+          const __m256 x = Load8(rows + (t + k) * dim + c);
+          for (size_t m = 0; m < M; ++m) {
+            acc[m * 4 + k] = _mm256_fmadd_ps(x, _mm256_loadu_ps(q + m * dim + c), acc[m * 4 + k]);
+          }
         }
       }
     }
@@ -286,11 +324,20 @@ size_t DotRowsBy4(const T* rows, size_t n_rows, size_t dim, const float* q, floa
 template <typename T>
 void DotRowsTiled(const T* rows, size_t n_rows, size_t dim, const float* q, size_t n_q,
                   float* scores, size_t ld) {
-  if (dim % 8 != 0) return DotRowsImpl(rows, n_rows, dim, q, n_q, scores, ld);
+  if (dim % (kSplitsPairs<T> ? 16 : 8) != 0) {
+    return DotRowsImpl(rows, n_rows, dim, q, n_q, scores, ld);
+  }
+  const float* q_tile = q;
+  if constexpr (kSplitsPairs<T>) {
+    thread_local std::vector<float> split;
+    split.resize(n_q * dim);
+    SplitPairs(q, n_q * dim, split.data());
+    q_tile = split.data();
+  }
   size_t done = 0;
   // Three query rows: 12 accumulators in 16 ymm.
   ForEachQueryChunk<3>(n_q, [&](auto m, size_t i0) {
-    done = DotRowsBy4<m>(rows, n_rows, dim, q + i0 * dim, scores + i0 * ld, ld);
+    done = DotRowsBy4<m>(rows, n_rows, dim, q_tile + i0 * dim, scores + i0 * ld, ld);
   });
   for (size_t t = done; t < n_rows; ++t) {
     for (size_t i = 0; i < n_q; ++i) scores[i * ld + t] = DotRow(rows + t * dim, q + i * dim, dim);
@@ -334,6 +381,52 @@ HWY_INLINE void AxpyRowsBlock(const float* p, size_t ld, const T* rows, size_t n
   }
 }
 
+// AxpyRowsBlock for bf16 rows with V units of 2N channels, each split into its even and odd
+// channels as the key kernel's pairs (kSplitsPairs): 2V float vectors per row from V loads
+// and 2V integer ops. The accumulators hold the split order and are added to out at the end.
+template <size_t M, size_t V>
+HWY_INLINE void AxpyRowsBlockSplit(const float* p, size_t ld, const hwy::bfloat16_t* rows,
+                                   size_t n_rows, size_t dim, size_t c, float* out) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToUnsigned<decltype(d)> du;
+  const size_t N = hn::Lanes(d);
+  const auto high = hn::Set(du, 0xFFFF0000u);
+  hn::Vec<decltype(d)> even[M * V], odd[M * V];
+  for (size_t k = 0; k < M * V; ++k) even[k] = odd[k] = hn::Zero(d);
+  for (size_t t = 0; t < n_rows; ++t) {
+    const hwy::bfloat16_t* row = rows + t * dim + c;
+    for (size_t b = 0; b < V * 2 * N * sizeof(*row); b += 64) {
+      hwy::Prefetch(reinterpret_cast<const char*>(row) + kPrefetchAheadBytes + b);
+    }
+    hn::Vec<decltype(d)> xe[V], xo[V];
+    for (size_t v = 0; v < V; ++v) {
+      const auto w = hn::LoadU(du, reinterpret_cast<const uint32_t*>(row + v * 2 * N));
+      xe[v] = hn::BitCast(d, hn::ShiftLeft<16>(w));
+      xo[v] = hn::BitCast(d, hn::And(w, high));
+    }
+    for (size_t m = 0; m < M; ++m) {
+      const auto pm = hn::Set(d, p[m * ld + t]);
+      for (size_t v = 0; v < V; ++v) {
+        even[m * V + v] = hn::MulAdd(pm, xe[v], even[m * V + v]);
+        odd[m * V + v] = hn::MulAdd(pm, xo[v], odd[m * V + v]);
+      }
+    }
+  }
+  HWY_ALIGN float e[hn::MaxLanes(d)];
+  HWY_ALIGN float o[hn::MaxLanes(d)];
+  for (size_t m = 0; m < M; ++m) {
+    for (size_t v = 0; v < V; ++v) {
+      hn::Store(even[m * V + v], d, e);
+      hn::Store(odd[m * V + v], d, o);
+      float* dst = out + m * dim + c + v * 2 * N;
+      for (size_t j = 0; j < N; ++j) {
+        dst[2 * j] += e[j];
+        dst[2 * j + 1] += o[j];
+      }
+    }
+  }
+}
+
 // x86 below AVX-512 has 16 vector registers: M * V accumulators, V row vectors and a
 // broadcast must fit, or an accumulator is spilled and every row chains through memory.
 constexpr size_t kVecRegs = (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3) ? 16 : 32;
@@ -344,6 +437,11 @@ void AxpyRowsM(const float* p, size_t ld, const T* rows, size_t n_rows, size_t d
   const size_t N = hn::Lanes(d);
   constexpr size_t kV = M * 4 + 4 + 1 <= kVecRegs ? 4 : 2;
   size_t c = 0;
+  if constexpr (kSplitsPairs<T>) {  // the same kV float vectors per row, from kV / 2 loads
+    for (; c + kV * N <= dim; c += kV * N) {
+      AxpyRowsBlockSplit<M, kV / 2>(p, ld, rows, n_rows, dim, c, out);
+    }
+  }
   for (; c + kV * N <= dim; c += kV * N) AxpyRowsBlock<M, kV>(p, ld, rows, n_rows, dim, c, out);
   for (; c + N <= dim; c += N) AxpyRowsBlock<M, 1>(p, ld, rows, n_rows, dim, c, out);
   for (; c < dim; ++c) {
