@@ -120,10 +120,21 @@ GroupParams QuantizeGroup(const float* x, int64_t n, int64_t stride, int bits, Q
     for (int64_t i = 0; i < n; ++i) codes[i * code_stride] = 0;
     return gp;
   }
-  const float inv = 1.0f / s;
-  for (int64_t i = 0; i < n; ++i) {
-    const float c = std::nearbyint((x[i * stride] - m) * inv);
-    codes[i * code_stride] = static_cast<uint8_t>(std::clamp(c, 0.0f, static_cast<float>(qmax)));
+  const float inv = 1.0f / s, top = static_cast<float>(qmax);
+  // round-to-nearest-even(clamp(v, 0, qmax)), which equals clamping nearbyint(v) (the bounds are
+  // integers), by adding and taking away 1.5 * 2^23: exact for |v| < 2^22 in the default
+  // rounding mode, and inline and vectorisable where the libm call of nearbyint is neither
+  // (with it, QuantizeGroup was a third of an 8-bit cache's per-token append; kv_codec_bench
+  // AppendToken/flexgen:bits=8 1.07 -> 0.57 us, KIVI-4 1.43 -> 1.11).
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
+  const auto code_of = [&](float xi) {
+    const float v = std::min(std::max((xi - m) * inv, 0.0f), top);
+    return static_cast<uint8_t>((v + kRound) - kRound);
+  };
+  if (stride == 1 && code_stride == 1) {
+    for (int64_t i = 0; i < n; ++i) codes[i] = code_of(x[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) codes[i * code_stride] = code_of(x[i * stride]);
   }
   return gp;
 }
