@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "ops/code_dot_i8.h"
@@ -187,21 +188,24 @@ void DotCodeRowsI8Impl(const uint8_t* codes, size_t n_rows, size_t row_stride, s
   DotCodeRowsI8Scalar(codes, done, n_rows, row_stride, d, group, q, n_q, out, ld);
 }
 
-// q[i] = clamp(round(x[i] * inv), -127, 127): the codes of QuantizeI8 once its scale is known.
-void QuantizeWithInverse(const float* x, size_t n, float inv, int8_t* q) {
+// q[i] = clamp(round(x[i] * inv), -L, L) with L the largest Q (127 or 32767): the codes of
+// QuantizeI8 (QuantizeI16) once the scale is known.
+template <typename Q>
+void QuantizeWithInverse(const float* x, size_t n, float inv, Q* q) {
+  constexpr int kLevels = std::numeric_limits<Q>::max();
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<int8_t, decltype(df)> d8;
+  const hn::Rebind<Q, decltype(df)> dq;
   const size_t N = hn::Lanes(df);
   const auto vinv = hn::Set(df, inv);
-  const auto lo = hn::Set(di, -127), hi = hn::Set(di, 127);
+  const auto lo = hn::Set(di, -kLevels), hi = hn::Set(di, kLevels);
   size_t i = 0;
   for (; i + N <= n; i += N) {
     const auto r = hn::Min(hn::Max(hn::NearestInt(hn::Mul(hn::LoadU(df, x + i), vinv)), lo), hi);
-    hn::StoreU(hn::DemoteTo(d8, r), d8, q + i);
+    hn::StoreU(hn::DemoteTo(dq, r), dq, q + i);
   }
   for (; i < n; ++i) {
-    q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f));
+    q[i] = static_cast<Q>(std::clamp(std::nearbyint(x[i] * inv), float{-kLevels}, float{kLevels}));
   }
 }
 
@@ -259,7 +263,10 @@ void ScaleQuantizeI8Impl(const float* x, size_t n_q, const float* scale, const f
   }
 }
 
-float QuantizeI8Impl(const float* x, size_t n, int8_t* q) {
+// QuantizeI8 and QuantizeI16: the largest magnitude, then the codes; levels L = 127 or 32767.
+template <typename Q>
+float QuantizeSymmetric(const float* x, size_t n, Q* q) {
+  constexpr float kLevels = std::numeric_limits<Q>::max();
   const hn::ScalableTag<float> df;
   const size_t N = hn::Lanes(df);
   auto vmax = hn::Zero(df);
@@ -268,38 +275,17 @@ float QuantizeI8Impl(const float* x, size_t n, int8_t* q) {
   float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
   for (size_t k = i; k < n; ++k) amax = std::max(amax, std::fabs(x[k]));
   if (!(amax > 0.0f)) {
-    std::fill(q, q + n, int8_t{0});
+    std::fill(q, q + n, Q{0});
     return 0.0f;
   }
-  QuantizeWithInverse(x, n, 127.0f / amax, q);
-  return amax / 127.0f;
+  QuantizeWithInverse(x, n, kLevels / amax, q);
+  return amax / kLevels;
 }
 
+float QuantizeI8Impl(const float* x, size_t n, int8_t* q) { return QuantizeSymmetric(x, n, q); }
+
 float QuantizeI16Impl(const float* x, size_t n, int16_t* q) {
-  const hn::ScalableTag<float> df;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<int16_t, decltype(df)> d16;
-  const size_t N = hn::Lanes(df);
-  auto vmax = hn::Zero(df);
-  size_t i = 0;
-  for (; i + N <= n; i += N) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(df, x + i)));
-  float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
-  for (size_t k = i; k < n; ++k) amax = std::max(amax, std::fabs(x[k]));
-  if (!(amax > 0.0f)) {
-    std::fill(q, q + n, int16_t{0});
-    return 0.0f;
-  }
-  const float inv = 32767.0f / amax;
-  const auto vinv = hn::Set(df, inv);
-  const auto lo = hn::Set(di, -32767), hi = hn::Set(di, 32767);
-  for (i = 0; i + N <= n; i += N) {
-    const auto r = hn::Min(hn::Max(hn::NearestInt(hn::Mul(hn::LoadU(df, x + i), vinv)), lo), hi);
-    hn::StoreU(hn::DemoteTo(d16, r), d16, q + i);
-  }
-  for (; i < n; ++i) {
-    q[i] = static_cast<int16_t>(std::clamp(std::nearbyint(x[i] * inv), -32767.0f, 32767.0f));
-  }
-  return amax / 32767.0f;
+  return QuantizeSymmetric(x, n, q);
 }
 
 void CombineCodeDotsImpl(const int32_t* dots, const float* scale, const float* min, size_t pld,
@@ -335,6 +321,25 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace kvpack {
+namespace {
+// The twins' QuantizeI8 / QuantizeI16: levels L = 127 or 32767.
+template <typename Q>
+float QuantizeSymmetricRef(const float* x, size_t n, Q* q) {
+  constexpr float kLevels = std::numeric_limits<Q>::max();
+  float amax = 0.0f;
+  for (size_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  if (!(amax > 0.0f)) {
+    for (size_t i = 0; i < n; ++i) q[i] = 0;
+    return 0.0f;
+  }
+  const float inv = kLevels / amax;
+  for (size_t i = 0; i < n; ++i) {
+    q[i] = static_cast<Q>(std::clamp(std::nearbyint(x[i] * inv), -kLevels, kLevels));
+  }
+  return amax / kLevels;
+}
+}  // namespace
+
 HWY_EXPORT(DotCodeRowsI8Impl);
 HWY_EXPORT(QuantizeI8Impl);
 HWY_EXPORT(QuantizeI16Impl);
@@ -381,19 +386,7 @@ float QuantizeI16(const float* x, size_t n, int16_t* q) {
   return HWY_DYNAMIC_DISPATCH(QuantizeI16Impl)(x, n, q);
 }
 
-float QuantizeI16Ref(const float* x, size_t n, int16_t* q) {
-  float amax = 0.0f;
-  for (size_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-  if (!(amax > 0.0f)) {
-    for (size_t i = 0; i < n; ++i) q[i] = 0;
-    return 0.0f;
-  }
-  const float inv = 32767.0f / amax;
-  for (size_t i = 0; i < n; ++i) {
-    q[i] = static_cast<int16_t>(std::clamp(std::nearbyint(x[i] * inv), -32767.0f, 32767.0f));
-  }
-  return amax / 32767.0f;
-}
+float QuantizeI16Ref(const float* x, size_t n, int16_t* q) { return QuantizeSymmetricRef(x, n, q); }
 
 void DotCodeRowsI8Ref(const uint8_t* codes, size_t n_rows, size_t row_stride, size_t d,
                       size_t group, const int8_t* q, size_t n_q, int32_t* out, size_t ld) {
@@ -411,18 +404,6 @@ void DotCodeRowsI8Ref(const uint8_t* codes, size_t n_rows, size_t row_stride, si
   }
 }
 
-float QuantizeI8Ref(const float* x, size_t n, int8_t* q) {
-  float amax = 0.0f;
-  for (size_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-  if (!(amax > 0.0f)) {
-    for (size_t i = 0; i < n; ++i) q[i] = 0;
-    return 0.0f;
-  }
-  const float inv = 127.0f / amax;
-  for (size_t i = 0; i < n; ++i) {
-    q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f));
-  }
-  return amax / 127.0f;
-}
+float QuantizeI8Ref(const float* x, size_t n, int8_t* q) { return QuantizeSymmetricRef(x, n, q); }
 }  // namespace kvpack
 #endif  // HWY_ONCE

@@ -243,6 +243,35 @@ KVPACK_BLOCK_INLINE __m512i DotQuads(__m512i acc, __m512i codes, __m512i q) {
   return acc;
 }
 
+// A query row's dot chains (ColumnDots, ColumnDotsI16), zeroed, and summed into acc[i][g]:
+// group g's chains (kGroups = 2), or the even and the odd chains (kGroups = 1: the caller adds
+// the two).
+template <int NQ, int kChains>
+KVPACK_BLOCK_INLINE void ZeroChains(__m512i (&part)[NQ][kChains]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < NQ; ++i) {
+#pragma GCC unroll 4
+    for (int c = 0; c < kChains; ++c) part[i][c] = _mm512_setzero_si512();
+  }
+}
+template <int NQ, int kChains, int kGroups>
+KVPACK_BLOCK_INLINE void SumChains(const __m512i (&part)[NQ][kChains], __m512i (&acc)[NQ][2]) {
+  static_assert(kChains == 2 || kChains == 4);
+#pragma GCC unroll 8
+  for (int i = 0; i < NQ; ++i) {
+    if constexpr (kChains == 2) {
+      acc[i][0] = part[i][0];
+      acc[i][1] = part[i][1];
+    } else if constexpr (kGroups == 1) {
+      acc[i][0] = _mm512_add_epi32(part[i][0], part[i][2]);
+      acc[i][1] = _mm512_add_epi32(part[i][1], part[i][3]);
+    } else {
+      acc[i][0] = _mm512_add_epi32(part[i][0], part[i][1]);
+      acc[i][1] = _mm512_add_epi32(part[i][2], part[i][3]);
+    }
+  }
+}
+
 // Query dwords broadcast into registers per group (ColumnDots with kRegs).
 constexpr int kGroupDwords = 12;
 
@@ -325,11 +354,7 @@ KVPACK_BLOCK_INLINE void ColumnDots(const __m512i (&col)[kW], const int8_t* qp, 
   constexpr int kChains = kRegs && kGroups == 1 && NQ * 4 + kW + kSlots * NQ + 2 <= 32 ? 4 : 2;
   constexpr int kPerGroup = kChains / kGroups;
   __m512i part[NQ][kChains];
-#pragma GCC unroll 8
-  for (int i = 0; i < NQ; ++i) {
-#pragma GCC unroll 4
-    for (int c = 0; c < kChains; ++c) part[i][c] = _mm512_setzero_si512();
-  }
+  ZeroChains(part);
   const __m512i mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));
   // The query's NQ x kW x k dword addresses are fixed offsets from qp; hidden behind this
   // empty asm, qp is a register per tile and each operand its displacement. Without it GCC
@@ -379,16 +404,7 @@ KVPACK_BLOCK_INLINE void ColumnDots(const __m512i (&col)[kW], const int8_t* qp, 
     }
   }
   // acc[i][g]: group g's sum (kGroups = 2), or the row's sum in two halves (kGroups = 1).
-#pragma GCC unroll 8
-  for (int i = 0; i < NQ; ++i) {
-    if constexpr (kChains == 2) {
-      acc[i][0] = part[i][0];
-      acc[i][1] = part[i][1];
-    } else {
-      acc[i][0] = _mm512_add_epi32(part[i][0], part[i][2]);
-      acc[i][1] = _mm512_add_epi32(part[i][1], part[i][3]);
-    }
-  }
+  SumChains<NQ, kChains, kGroups>(part, acc);
 }
 
 // acc += two int16 x int16 products per 32-bit lane, the two int16 the dword at q in every
@@ -414,11 +430,7 @@ KVPACK_BLOCK_INLINE void ColumnDotsI16(const __m512i (&col)[kW], const int16_t* 
   constexpr int kChains = NQ * 4 + kW + 2 <= 32 ? 4 : 2;
   constexpr int kPerGroup = kChains / kGroups;
   __m512i part[NQ][kChains];
-#pragma GCC unroll 8
-  for (int i = 0; i < NQ; ++i) {
-#pragma GCC unroll 4
-    for (int c = 0; c < kChains; ++c) part[i][c] = _mm512_setzero_si512();
-  }
+  ZeroChains(part);
   const __m512i even_bytes = _mm512_set1_epi16(0x00FF);
   asm("" : "+r"(qp));  // as in ColumnDots: the query's addresses as displacements of one register
 #pragma GCC unroll 16
@@ -435,16 +447,7 @@ KVPACK_BLOCK_INLINE void ColumnDotsI16(const __m512i (&col)[kW], const int16_t* 
       }
     }
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < NQ; ++i) {
-    if constexpr (kChains == 2) {
-      acc[i][0] = part[i][0];
-      acc[i][1] = part[i][1];
-    } else {
-      acc[i][0] = _mm512_add_epi32(part[i][0], part[i][kGroups == 1 ? 2 : 1]);
-      acc[i][1] = _mm512_add_epi32(part[i][kGroups == 1 ? 1 : 2], part[i][3]);
-    }
-  }
+  SumChains<NQ, kChains, kGroups>(part, acc);
 }
 
 // Blocks per phase: their arranged queries (d bytes per block and query) stay in L1.
