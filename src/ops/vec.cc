@@ -6,6 +6,7 @@
 #include "hwy/cache_control.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -109,7 +110,9 @@ constexpr bool kStreamsRows =
 // of an fp32, the dword shifted left by 16 is channel 2j's float and the dword masked to its
 // high half channel 2j + 1's. One integer op per vector of floats, where widening bf16 to 32
 // bits and shifting takes two (the keys meet a query in the same order, SplitPairs; the
-// values' accumulators keep it until the end, AxpyRowsBlockSplit).
+// values' accumulators keep it until the end, AxpyRowsBlockSplit). Channel 2j in the low half
+// is the little-endian layout.
+static_assert(std::endian::native == std::endian::little, "bf16 pairs assume little-endian");
 template <typename T>
 constexpr bool kSplitsPairs = std::is_same_v<T, hwy::bfloat16_t>;
 
