@@ -878,6 +878,14 @@ int CodeAt(const uint8_t* row, size_t c, int bits) {
   return code;
 }
 
+// The twins' parameters of rows with (scale, min) fp16 pairs, [n_rows, n_groups, 2].
+auto PairParams(const uint16_t* params, size_t n_groups) {
+  return [params, n_groups](size_t r, size_t g, float& scale, float& min) {
+    scale = Fp16ToFp32(params[(r * n_groups + g) * 2]);
+    min = Fp16ToFp32(params[(r * n_groups + g) * 2 + 1]);
+  };
+}
+
 // The twins' arithmetic: exact group dots, then CombineCodeDots' steps in float. Q: int8_t,
 // or int16_t (8-bit codes' query).
 template <class Param, typename Q>
@@ -937,10 +945,7 @@ void ScoreTokenRowsI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, s
                          size_t ld) {
   ScoreGroupedRowsRef(
       rows, n_rows, row_bytes, d, bits, n_groups,
-      [&](size_t r, size_t g, float& scale, float& min) {
-        scale = Fp16ToFp32(params[(r * n_groups + g) * 2]);
-        min = Fp16ToFp32(params[(r * n_groups + g) * 2 + 1]);
-      },
+      PairParams(params, n_groups),
       q8, alpha, qsum, n_q, scores, ld);
 }
 
@@ -983,10 +988,7 @@ void ScoreTokenRowsI16Ref(const uint8_t* rows, size_t n_rows, size_t d, size_t n
                           const float* qsum, size_t n_q, float* scores, size_t ld) {
   ScoreGroupedRowsRef(
       rows, n_rows, d, d, 8, n_groups,
-      [&](size_t r, size_t g, float& scale, float& min) {
-        scale = Fp16ToFp32(params[(r * n_groups + g) * 2]);
-        min = Fp16ToFp32(params[(r * n_groups + g) * 2 + 1]);
-      },
+      PairParams(params, n_groups),
       q16, alpha, qsum, n_q, scores, ld);
 }
 

@@ -272,11 +272,6 @@ HWY_INLINE __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
 HWY_INLINE __m256 Load8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
-// bf16 is the top half of an fp32: widen to 32 bits and shift into place.
-HWY_INLINE __m256 Load8(const hwy::bfloat16_t* p) {
-  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-}
 
 // Rows [0, n_rows / 4 * 4); dim % 8 == 0 (bf16: dim % 16 == 0 and q in SplitPairs order).
 // Returns the rows done.

@@ -21,10 +21,11 @@
 // group covers the whole row (KIVI-style per-channel blocks, per-token groups as wide as the
 // head) one call scores the packed rows directly (ops/packed_scores.h), otherwise the dots
 // come from the unpacked tile (ops/code_dot_i8.h); 8-bit codes take an int16 query where the
-// single-pass kernels run, the float kernels of ops/code_dot.h elsewhere. Values fold the per-(row, group) scale into the probability once per tile
-// (int16 weights: ops/code_dot_i16.h, which reads whole packed rows without unpacking them;
-// float weights, AxpyCodeRowsWeighted, on CPUs without the kernel; whole 2-bit rows take int8
-// weights, ops/value_dot_i8.h) and add p.min per group. The float form of the cache never exists
+// single-pass kernels run, the float kernels of ops/code_dot.h elsewhere. Values fold the
+// per-(row, group) scale into the probability once per tile (int16 weights:
+// ops/code_dot_i16.h, which reads whole packed rows without unpacking them; float weights,
+// AxpyCodeRowsWeighted, on CPUs without the kernel; whole 2-bit rows take int8 weights,
+// ops/value_dot_i8.h) and add p.min per group. The float form of the cache never exists
 // beyond one tile per thread; the bytes read are the compressed ones.
 // Non-goals: thread safety of mutation; bit-exactness with the Python libraries (the
 // quantizer follows METHODS.md 0 exactly, HQQ follows the published update rules).
