@@ -12,8 +12,11 @@
 // and value stores after a 512-token prompt (a fixed 16384 appends, so that GEAR's 64-token
 // block compression is amortised as in generation).
 //   build/release/bench/kv_codec_bench --benchmark_filter=AppendToken
+//   KV_CODEC_BENCH_SPECS="f16;kivi:bits=8,group=64" build/release/bench/kv_codec_bench ...
+//   (another spec list than kSpecs below)
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <memory>
 #include <random>
 #include <string>
@@ -169,8 +172,24 @@ const char* const kSpecs[] = {"f16", "bf16", "q8_0", "q4_0", "flexgen:bits=8", "
                               "gear-l:bits=2,rank_prefill=0,rank_decode=0",
                               "gear:bits=2,rank_prefill=0,rank_decode=0"};
 
+// KV_CODEC_BENCH_SPECS="a;b;..." replaces kSpecs (a spec outside the list, e.g. another
+// group size or residual, without editing this file).
+std::vector<std::string> BenchSpecs() {
+  std::vector<std::string> specs;
+  if (const char* env = std::getenv("KV_CODEC_BENCH_SPECS")) {
+    std::string list = env;
+    for (size_t start = 0; start <= list.size();) {
+      const size_t end = std::min(list.find(';', start), list.size());
+      if (end > start) specs.push_back(list.substr(start, end - start));
+      start = end + 1;
+    }
+    return specs;
+  }
+  return {std::begin(kSpecs), std::end(kSpecs)};
+}
+
 [[maybe_unused]] const bool kRegistered = [] {
-  for (const char* s : kSpecs) {
+  for (const std::string& s : BenchSpecs()) {
     for (const auto& [name, parts] :
          {std::pair{"ScoresAccumulate", Parts::kBoth}, std::pair{"Scores", Parts::kScores},
           std::pair{"Accumulate", Parts::kAccumulate}}) {
