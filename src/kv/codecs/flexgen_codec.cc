@@ -39,7 +39,7 @@ class FlexGenStore final : public ComponentStore {
   }
 
   void Prefetch(int head, int64_t t0, int64_t t1) const override {
-    heads_[head].PrefetchSelected(t0, nullptr, t1 - t0);
+    heads_[head].PrefetchSelected(t0, nullptr, t1 - t0, 0);
   }
 
   void Accumulate(int head, const float* p, int n_q, int64_t t0, int64_t t1,

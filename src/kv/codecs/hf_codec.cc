@@ -80,7 +80,7 @@ class HfStore final : public ComponentStore {
   void Prefetch(int head, int64_t t0, int64_t t1) const override {
     const HfHead& H = heads_[head];
     const int64_t nq = n_quantized(H), split = std::clamp(nq, t0, t1);
-    if (split > t0 && per_token_) H.tokens.PrefetchSelected(t0, nullptr, split - t0);
+    if (split > t0 && per_token_) H.tokens.PrefetchSelected(t0, nullptr, split - t0, 0);
     if (split > t0 && !per_token_) H.channels.PrefetchRange(t0, split);
     H.residual.PrefetchRows(split - nq, t1 - nq);
   }

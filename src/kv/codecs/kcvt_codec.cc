@@ -116,7 +116,8 @@ class KcvtValueStore final : public ComponentStore {
         bits_(bits),
         buffer_(buffer),
         row_len_(shape.n_kv_heads * shape.head_dim),
-        rows_(row_len_, row_len_, bits, QuantMethod::kMinMax),
+        rows_(row_len_, row_len_, bits, QuantMethod::kMinMax,
+              shape.head_dim * bits % 8 == 0 ? shape.head_dim : 0),
         buf_(row_len_) {}
   std::string spec() const override { return KcvtSpec(bits_, buffer_); }
   bool per_head_retain() const override { return false; }
@@ -152,6 +153,15 @@ class KcvtValueStore final : public ComponentStore {
     for (int64_t k = tile.n_quant; k < n; ++k) {
       const uint16_t* row = buf_.Row(Id(head, t0 + k) - rows_.n_rows()) + head * d;
       for (int i = 0; i < n_q; ++i) scores[i * n + k] = DotF16F32(row, q + i * d, d);
+    }
+  }
+
+  // The start of the head's plane and of the buffer rows, one call ahead (kv/attention.cc).
+  void Prefetch(int head, int64_t t0, int64_t t1) const override {
+    const Tile tile = Split(head, t0, t1);
+    rows_.PrefetchSelected(t0, tile.ids, tile.n_quant, head * shape_.head_dim);
+    if (tile.ids == nullptr && tile.n_quant < t1 - t0) {
+      buf_.PrefetchRows(t0 + tile.n_quant - rows_.n_rows(), t1 - rows_.n_rows());
     }
   }
 
@@ -247,7 +257,8 @@ class KcvtValueStore final : public ComponentStore {
   StoreShape shape_;
   int bits_, buffer_;
   int row_len_;
-  TokenGroupRows rows_;  // quantized rows [n, n_kv_heads * head_dim], one group each
+  // Quantized rows [n, n_kv_heads * head_dim], one group each, stored a plane per head.
+  TokenGroupRows rows_;
   Fp16Rows buf_;         // buffered rows [n_b', n_kv_heads * head_dim]
   std::vector<std::vector<int64_t>> maps_;  // [n_kv_heads][n_tokens(h)] row ids, or empty
 };

@@ -82,7 +82,7 @@ class KiviStore final : public ComponentStore {
     const KiviHead& H = heads_[head];
     const int64_t nq = n_quantized(head), split = std::clamp(nq, t0, t1);
     if (split > t0 && is_key()) H.keys.PrefetchRange(t0, split);
-    if (split > t0 && !is_key()) H.values.PrefetchSelected(t0, nullptr, split - t0);
+    if (split > t0 && !is_key()) H.values.PrefetchSelected(t0, nullptr, split - t0, 0);
     H.residual.PrefetchRows(split - nq, t1 - nq);
   }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/check.h"
 #include "core/half.h"
 #include "ops/code_dot.h"
 #include "ops/code_dot_i16.h"
@@ -15,13 +16,28 @@
 
 namespace kvpack {
 
-TokenGroupRows::TokenGroupRows(int row_len, int group, int bits, QuantMethod method)
+TokenGroupRows::TokenGroupRows(int row_len, int group, int bits, QuantMethod method,
+                               int plane_len)
     : row_len_(row_len),
       group_(std::min(group, row_len)),
       n_groups_((row_len + group_ - 1) / group_),
       bits_(bits),
       method_(method),
-      row_bytes_(PackedBytes(row_len, bits)) {}
+      plane_len_(plane_len > 0 ? plane_len : row_len),
+      plane_bytes_(PackedBytes(plane_len_, bits)),
+      row_bytes_(plane_bytes_ * (row_len / plane_len_)),
+      planes_(row_len / plane_len_) {
+  KVPACK_CHECK(row_len % plane_len_ == 0);
+  KVPACK_CHECK(planes_.size() == 1 ||
+               (n_groups_ == 1 && plane_bytes_ * 8 == static_cast<int64_t>(plane_len_) * bits));
+}
+
+TokenGroupRows::Window TokenGroupRows::WindowOf(int c0, int n) const {
+  const int p = c0 / plane_len_;
+  KVPACK_CHECK(n > 0 && (c0 + n - 1) / plane_len_ == p);
+  if (planes_.size() == 1) return {planes_[0].data(), row_bytes_, row_len_, group_, c0};
+  return {planes_[p].data(), plane_bytes_, plane_len_, plane_len_, c0 - p * plane_len_};
+}
 
 void TokenGroupRows::AppendRow(const float* row) {
   uint8_t codes[1024];
@@ -39,26 +55,41 @@ void TokenGroupRows::AppendRow(const float* row) {
     p[2 * g] = gp.scale;
     p[2 * g + 1] = gp.min;
   }
-  codes_.Resize((n_rows_ + 1) * row_bytes_);
-  PackCodes(c, row_len_, bits_, &codes_[n_rows_ * row_bytes_]);
+  for (size_t p = 0; p < planes_.size(); ++p) {
+    planes_[p].Resize((n_rows_ + 1) * plane_bytes_);
+    PackCodes(c + p * plane_len_, plane_len_, bits_, &planes_[p][n_rows_ * plane_bytes_]);
+  }
   ++n_rows_;
 }
 
+// A window across planes, plane by plane.
 void TokenGroupRows::DecodeRow(int64_t r, int c0, int n, float* out) const {
-  DequantizeRowsPerToken(&codes_[r * row_bytes_], 1, row_bytes_, bits_, c0, n, group_,
-                         &params_[r * n_groups_ * 2], n_groups_, out);
+  for (int a = c0; a < c0 + n;) {
+    const int e = std::min(c0 + n, (a / plane_len_ + 1) * plane_len_);
+    const Window w = WindowOf(a, e - a);
+    DequantizeRowsPerToken(w.codes + r * w.row_bytes, 1, w.row_bytes, bits_, w.c0, e - a,
+                           w.group, &params_[r * n_groups_ * 2], n_groups_, out + (a - c0));
+    a = e;
+  }
 }
 
 void TokenGroupRows::Decode(int64_t r0, int64_t r1, int c0, int n, float* out) const {
   if (r0 >= r1) return;
-  DequantizeRowsPerToken(&codes_[r0 * row_bytes_], r1 - r0, row_bytes_, bits_, c0, n, group_,
-                         &params_[r0 * n_groups_ * 2], n_groups_, out);
+  if (c0 / plane_len_ != (c0 + n - 1) / plane_len_) {
+    for (int64_t r = r0; r < r1; ++r) DecodeRow(r, c0, n, out + (r - r0) * n);
+    return;
+  }
+  const Window w = WindowOf(c0, n);
+  DequantizeRowsPerToken(w.codes + r0 * w.row_bytes, r1 - r0, w.row_bytes, bits_, w.c0, n,
+                         w.group, &params_[r0 * n_groups_ * 2], n_groups_, out);
 }
 
 // Consecutive rows only: a row list (KCVT's shared value rows after eviction) has no stream.
-void TokenGroupRows::PrefetchSelected(int64_t r0, const int64_t* rows, int64_t n_sel) const {
-  if (rows != nullptr) return;
-  PrefetchStreamStart(&codes_[r0 * row_bytes_], n_sel * row_bytes_);
+void TokenGroupRows::PrefetchSelected(int64_t r0, const int64_t* rows, int64_t n_sel,
+                                      int c0) const {
+  if (rows != nullptr || n_sel <= 0) return;
+  const Window w = WindowOf(c0 - c0 % plane_len_, plane_len_);
+  PrefetchStreamStart(w.codes + r0 * w.row_bytes, n_sel * w.row_bytes);
   PrefetchStreamStart(&params_[r0 * 2 * n_groups_], n_sel * n_groups_ * 2 * sizeof(uint16_t));
 }
 
@@ -77,16 +108,17 @@ void TokenGroupRows::DecodeSelected(int64_t r0, const int64_t* rows, int64_t k0,
 // form has no padding are one stream (one unpack call), anything else row by row.
 void TokenGroupRows::UnpackSelected(int64_t r0, const int64_t* rows, int64_t k0, int64_t k1, int c0,
                                     int n, uint8_t* out) const {
-  if (rows == nullptr && c0 == 0 && n == row_len_ &&
-      row_bytes_ * 8 == static_cast<int64_t>(row_len_) * bits_) {
-    UnpackCodesU8(&codes_[(r0 + k0) * row_bytes_], 0, (k1 - k0) * n, bits_, out);
+  const Window w = WindowOf(c0, n);
+  if (rows == nullptr && w.c0 == 0 && n == w.row_len &&
+      w.row_bytes * 8 == static_cast<int64_t>(w.row_len) * bits_) {
+    UnpackCodesU8(w.codes + (r0 + k0) * w.row_bytes, 0, (k1 - k0) * n, bits_, out);
     return;
   }
   if (rows != nullptr) {
-    UnpackCodeRows(codes_.data(), rows + k0, k1 - k0, row_bytes_, c0, n, bits_, out);
+    UnpackCodeRows(w.codes, rows + k0, k1 - k0, w.row_bytes, w.c0, n, bits_, out);
   } else {
-    UnpackCodeRows(&codes_[(r0 + k0) * row_bytes_], nullptr, k1 - k0, row_bytes_, c0, n, bits_,
-                   out);
+    UnpackCodeRows(w.codes + (r0 + k0) * w.row_bytes, nullptr, k1 - k0, w.row_bytes, w.c0, n,
+                   bits_, out);
   }
 }
 
@@ -94,7 +126,7 @@ void TokenGroupRows::Scores(int64_t r0, const int64_t* rows, int64_t n_sel, int 
                             const float* q, int n_q, float* scores, int64_t ld,
                             int64_t col0) const {
   if (n_sel <= 0) return;
-  PrefetchSelected(r0, rows, n_sel);
+  PrefetchSelected(r0, rows, n_sel, c0);
   CodeTileScratch& t = TileScratch(n);
   if (UseIntegerKeys(bits_) && c0 % group_ == 0) {
     ScoresInteger(r0, rows, n_sel, c0, n, q, n_q, scores, ld, col0, t);
@@ -104,7 +136,7 @@ void TokenGroupRows::Scores(int64_t r0, const int64_t* rows, int64_t n_sel, int 
   if (bits_ == 8 && rows == nullptr && c0 == 0 && n == row_len_ &&
       HasFastTokenRowScoresI16(n, n_groups_)) {
     PrepareGroupedQueryI16(q, n_q, n, group_, t);
-    ScoreTokenRowsI16(&codes_[r0 * row_bytes_], n_sel, n, n_groups_, &params_[r0 * 2 * n_groups_],
+    ScoreTokenRowsI16(planes_[0].data() + r0 * row_bytes_, n_sel, n, n_groups_, &params_[r0 * 2 * n_groups_],
                       t.q16.data(), t.alpha.data(), t.qm.data(), n_q, scores + col0, ld);
     return;
   }
@@ -156,7 +188,7 @@ void TokenGroupRows::ScoresInteger(int64_t r0, const int64_t* rows, int64_t n_se
   // takes them: one pass over the packed rows.
   if (rows == nullptr && c0 == 0 && n == row_len_ &&
       (ng == 1 || (n % group_ == 0 && HasFastTokenRowScores(row_bytes_, n, bits_, ng)))) {
-    ScoreTokenRowsI8(&codes_[r0 * row_bytes_], n_sel, row_bytes_, n, bits_, ng,
+    ScoreTokenRowsI8(planes_[0].data() + r0 * row_bytes_, n_sel, row_bytes_, n, bits_, ng,
                      &params_[r0 * 2 * ng], t.q8.data(), t.alpha.data(), t.qm.data(), n_q,
                      scores + col0, ld);
     return;
@@ -201,46 +233,48 @@ void TokenGroupRows::Accumulate(int64_t r0, const int64_t* rows, int64_t n_sel, 
                                 const float* p, int n_q, int64_t ld, int64_t col0,
                                 float* out) const {
   if (n_sel <= 0) return;
-  PrefetchSelected(r0, rows, n_sel);
+  PrefetchSelected(r0, rows, n_sel, c0);
   CodeTileScratch& t = TileScratch(n);
-  const int g0 = c0 / group_, ng = (c0 + n - 1) / group_ - g0 + 1;  // groups the window touches
+  // The window in its plane: with several planes a row has one group (g0 0, ng 1) and the
+  // plane stands for it, so the kernels see whole rows of one group.
+  const Window w = WindowOf(c0, n);
+  const int g0 = w.c0 / w.group, ng = (w.c0 + n - 1) / w.group - g0 + 1;  // groups it touches
   t.msum.assign(static_cast<size_t>(n_q) * ng, 0.0f);
-  // Consecutive whole rows with the int16 kernel: the codes are read from the packed rows.
-  // (A window of a row spanning heads, KCVT's values, measured 50% slower this way on a cache
-  // read from memory: every head's pass then streams every row; those keep the unpacking.)
-  const bool packed = rows == nullptr && HasPackedInt16ValueKernel(bits_, n, c0, group_);
+  // Consecutive rows with the int16 kernel: the codes are read from the packed rows.
+  const bool packed = rows == nullptr && HasPackedInt16ValueKernel(bits_, n, w.c0, w.group);
   // Whole rows of 2-bit codes (heads of 64, 128, ... channels): int8 weights, four rows per
   // multiply (ops/value_dot_i8.h: half the multiply work of the int16 kernel; its coarser
   // weights move a 2-bit cache's KLD by a few percent of the codes' own error).
   // All the rows in one call, which quantizes the weights per tile of kTileRowsMax rows.
   static_assert(kTileRowsMax == static_cast<int64_t>(kI8ValueTileRowsMax));
-  if (packed && bits_ == 2 && c0 == 0 && n % 64 == 0 && row_bytes_ == n / 4 &&
+  if (packed && bits_ == 2 && w.c0 == 0 && n % 64 == 0 && w.row_bytes == n / 4 &&
       HasI8ValueKernel(n, n_groups_)) {
     AccumulateTwoBitRowsI8(p + col0, ld, n_q, &params_[r0 * 2 * n_groups_], n_groups_,
-                           &codes_[r0 * row_bytes_], n, n_sel, out, t.msum.data());
-    AddGroupedMinSums(n_q, n, c0, group_, t, out);
+                           w.codes + r0 * w.row_bytes, n, n_sel, out, t.msum.data());
+    AddGroupedMinSums(n_q, n, w.c0, w.group, t, out);
     return;
   }
   for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRowsMax) {
     const int64_t k1 = std::min(n_sel, k0 + kTileRowsMax), m = k1 - k0;
-    if (packed && HasFusedPackedValueKernel(bits_, n, c0, group_, n_groups_, m)) {
+    const uint8_t* tile = w.codes + (r0 + k0) * w.row_bytes;
+    if (packed && HasFusedPackedValueKernel(bits_, n, w.c0, w.group, n_groups_, m)) {
       // Parameters, weights and their quantization in registers (ops/code_dot_i16.h).
       AccumulatePackedRowsI16(p + col0 + k0, ld, n_q, &params_[(r0 + k0) * 2 * n_groups_],
-                              n_groups_, g0, ng, &codes_[(r0 + k0) * row_bytes_], m, row_bytes_,
-                              bits_, n, c0, group_, out, t.msum.data());
+                              n_groups_, g0, ng, tile, m, w.row_bytes, bits_, n, w.c0, w.group,
+                              out, t.msum.data());
       continue;
     }
     TileParams(r0, rows, k0, k1, g0, ng, t);
     if (packed) {
-      AccumulatePackedTile(&codes_[(r0 + k0) * row_bytes_], row_bytes_, m, n, c0, group_, bits_,
-                           p + col0 + k0, n_q, ld, t, out);
+      AccumulatePackedTile(tile, w.row_bytes, m, n, w.c0, w.group, bits_, p + col0 + k0, n_q, ld,
+                           t, out);
       continue;
     }
     UnpackSelected(r0, rows, k0, k1, c0, n, t.tile_codes.data());
-    AccumulateGroupedTile(t.tile_codes.data(), m, n, c0, group_, p + col0 + k0, n_q, ld, t,
+    AccumulateGroupedTile(t.tile_codes.data(), m, n, w.c0, w.group, p + col0 + k0, n_q, ld, t,
                           out);
   }
-  AddGroupedMinSums(n_q, n, c0, group_, t, out);
+  AddGroupedMinSums(n_q, n, w.c0, w.group, t, out);
 }
 
 void TokenGroupRows::Keep(std::span<const int64_t> keep) {
@@ -248,30 +282,36 @@ void TokenGroupRows::Keep(std::span<const int64_t> keep) {
   const int64_t pn = static_cast<int64_t>(n_groups_) * 2;
   for (int64_t r : keep) {
     if (r != w) {
-      std::memmove(&codes_[w * row_bytes_], &codes_[r * row_bytes_], row_bytes_);
+      for (auto& plane : planes_) {
+        std::memmove(&plane[w * plane_bytes_], &plane[r * plane_bytes_], plane_bytes_);
+      }
       std::memmove(&params_[w * pn], &params_[r * pn], pn * sizeof(uint16_t));
     }
     ++w;
   }
   n_rows_ = w;
-  codes_.Resize(w * row_bytes_);
+  for (auto& plane : planes_) {
+    plane.Resize(w * plane_bytes_);
+    plane.ShrinkToFit();
+  }
   params_.Resize(w * pn);
-  codes_.ShrinkToFit();
   params_.ShrinkToFit();
 }
 
 void TokenGroupRows::Clear() {
   n_rows_ = 0;
-  codes_ = AlignedBuffer<uint8_t>();
+  for (auto& plane : planes_) plane = AlignedBuffer<uint8_t>();
   params_ = AlignedBuffer<uint16_t>();
 }
 
 void TokenGroupRows::AddMemory(MemoryUsage& m) const {
-  m.code_bytes += codes_.size();
+  for (const auto& plane : planes_) {
+    m.code_bytes += plane.size();
+    m.reserved_bytes += plane.capacity_bytes() - plane.size();
+  }
   m.scale_bytes += static_cast<size_t>(n_rows_) * n_groups_ * sizeof(uint16_t);
   m.zero_bytes += static_cast<size_t>(n_rows_) * n_groups_ * sizeof(uint16_t);
-  m.reserved_bytes += codes_.capacity_bytes() - codes_.size() + params_.capacity_bytes() -
-                      params_.size() * sizeof(uint16_t);
+  m.reserved_bytes += params_.capacity_bytes() - params_.size() * sizeof(uint16_t);
 }
 
 }  // namespace kvpack
