@@ -473,13 +473,14 @@ KVPACK_BLOCK_INLINE void LoadBlockParams(const uint16_t* pj, __m512 (&sc)[kV], _
 // xmin[i * kLd + j]. First each block's lane-wise max |q * scale| and q . min, then their
 // reductions 16 blocks at a time (ReduceEach16) and the divisions as vectors, then the
 // rounding (q * scale recomputed). The same q8 (q16) and alpha as QuantizeI8Ref's
-// (QuantizeI16Ref's); xmin sums in another order.
+// (QuantizeI16Ref's); xmin sums in another order. Block j also asks for the lines
+// [codes + j * code_step, codes + (j + 1) * code_step) into L2 (see BlocksPass).
 template <int kBits>
 using QueryOf = std::conditional_t<kBits == 8, int16_t, int8_t>;
 template <int kD, int kBits, int NQ, size_t kLd>
 KVPACK_BLOCK_INLINE void PrepareQueries16(const uint16_t* params, size_t n, const float* q,
                                           QueryOf<kBits> (*qp)[NQ][kD], float* alpha,
-                                          float* xmin) {
+                                          float* xmin, const char* codes, size_t code_step) {
   constexpr int kV = kD / 16;
   __m512 lane_max[NQ][16], lane_dot[NQ][16];
   for (size_t j = 0; j < 16; ++j) {
@@ -489,6 +490,9 @@ KVPACK_BLOCK_INLINE void PrepareQueries16(const uint16_t* params, size_t n, cons
       continue;
     }
     const uint16_t* pj = params + j * 2 * kD;
+    for (size_t b = 0; b < code_step; b += 64) {
+      _mm_prefetch(codes + j * code_step + b, _MM_HINT_T1);
+    }
     // The parameters stream from memory too (4 d bytes per block): without this their
     // conversions were the kernel's hottest instructions on a 30-layer cache.
 #pragma GCC unroll 8
@@ -547,6 +551,10 @@ KVPACK_BLOCK_INLINE void PrepareQueries16(const uint16_t* params, size_t n, cons
 // the parameters of as many blocks as it scores, those that follow its own, up to n_blocks
 // + n_next (the caller's next tile): attention calls a head's keys a tile of 1024 tokens at
 // a time, 32 of KIVI's blocks, one phase per call (docs/performance-history.md, session 25).
+// The first phase reads no codes: it asks for the phase's codes into L2, a block's share per
+// block, so that memory works while it computes; the second phase then streams them from L2
+// (with 8-bit codes it reads faster than memory answers; docs/performance-history.md,
+// session 32).
 template <int kD, int kBits, int NQ>
 KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
                                   const int64_t* starts, size_t n_blocks, size_t n_next,
@@ -559,9 +567,12 @@ KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
   for (size_t j0 = 0; j0 < n_blocks; j0 += kPhase) {
     const size_t jn = std::min(kPhase, n_blocks - j0);
     for (size_t g = 0; g < jn; g += 16) {
-      PrepareQueries16<kD, kBits, NQ, kPhase>(params + (j0 + g) * 2 * kD,
-                                              std::min<size_t>(16, jn - g), q, qp + g,
-                                              &alpha[0][g], &xmin[0][g]);
+      const size_t n = std::min<size_t>(16, jn - g);
+      const size_t first = static_cast<size_t>(starts[j0 + g]);
+      const size_t bytes = (static_cast<size_t>(starts[j0 + g + n]) - first) * S::kRowBytes;
+      PrepareQueries16<kD, kBits, NQ, kPhase>(
+          params + (j0 + g) * 2 * kD, n, q, qp + g, &alpha[0][g], &xmin[0][g],
+          reinterpret_cast<const char*>(rows + first * S::kRowBytes), (bytes / n + 63) / 64 * 64);
     }
     for (size_t j = 0; j < jn; ++j) {
       if (j0 + jn + j < n_blocks + n_next) {
