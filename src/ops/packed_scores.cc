@@ -474,7 +474,8 @@ KVPACK_BLOCK_INLINE void LoadBlockParams(const uint16_t* pj, __m512 (&sc)[kV], _
 // reductions 16 blocks at a time (ReduceEach16) and the divisions as vectors, then the
 // rounding (q * scale recomputed). The same q8 (q16) and alpha as QuantizeI8Ref's
 // (QuantizeI16Ref's); xmin sums in another order. Block j also asks for the lines
-// [codes + j * code_step, codes + (j + 1) * code_step) into L2 (see BlocksPass).
+// [codes + j * code_step, codes + (j + 1) * code_step) into L2 (none when code_step is 0;
+// see BlocksPass).
 template <int kBits>
 using QueryOf = std::conditional_t<kBits == 8, int16_t, int8_t>;
 template <int kD, int kBits, int NQ, size_t kLd>
@@ -554,11 +555,13 @@ KVPACK_BLOCK_INLINE void PrepareQueries16(const uint16_t* params, size_t n, cons
 // The first phase reads no codes: it asks for the phase's codes into L2, a block's share per
 // block, so that memory works while it computes; the second phase then streams them from L2
 // (with 8-bit codes it reads faster than memory answers; docs/performance-history.md,
-// session 32).
+// session 32). Only the first pass over the blocks asks (prefetch_codes): the passes for
+// further query rows find the codes in the caches.
 template <int kD, int kBits, int NQ>
 KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
                                   const int64_t* starts, size_t n_blocks, size_t n_next,
-                                  const float* q, float* scores, size_t ld) {
+                                  const float* q, float* scores, size_t ld,
+                                  bool prefetch_codes) {
   using S = RowShape<kD, kBits>;
   constexpr size_t kPhase = PhaseBlocks(kD);
   static_assert(kPhase % 16 == 0);
@@ -570,9 +573,10 @@ KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
       const size_t n = std::min<size_t>(16, jn - g);
       const size_t first = static_cast<size_t>(starts[j0 + g]);
       const size_t bytes = (static_cast<size_t>(starts[j0 + g + n]) - first) * S::kRowBytes;
+      const size_t code_step = prefetch_codes ? (bytes / n + 63) / 64 * 64 : 0;
       PrepareQueries16<kD, kBits, NQ, kPhase>(
           params + (j0 + g) * 2 * kD, n, q, qp + g, &alpha[0][g], &xmin[0][g],
-          reinterpret_cast<const char*>(rows + first * S::kRowBytes), (bytes / n + 63) / 64 * 64);
+          reinterpret_cast<const char*>(rows + first * S::kRowBytes), code_step);
     }
     for (size_t j = 0; j < jn; ++j) {
       if (j0 + jn + j < n_blocks + n_next) {
@@ -615,7 +619,7 @@ KVPACK_BLOCK_ATTR void ScoreBlocks(const uint8_t* rows, const uint16_t* params,
   constexpr size_t kMaxQ = 4;
   ForEachQueryChunk<kMaxQ>(n_q, [&](auto m, size_t i) {
     BlocksPass<kD, kBits, m>(rows, params, starts, n_blocks, n_next, q + kD * i,
-                             scores + i * ld, ld);
+                             scores + i * ld, ld, i == 0);
   });
 }
 // How a token row's group parameters are stored: fp16 (scale, min) pairs, [n_rows, groups, 2]
