@@ -109,7 +109,11 @@ namespace {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-constexpr size_t kPrefetchBytes = 4096;  // weight rows stream from memory (ops/vec.cc's distance)
+// Weight rows stream from memory: the loop asks for the line this far ahead. 4096 bytes (the
+// KV kernels' distance, ops/prefetch.h) left weights_bench's Q8_0Rows/1536/87381 (136 MiB
+// from memory) at 17.8-20.2 GB/s against 20.6-21.4 at 12288, three alternating pairs on
+// session 33's Zen 4 host (docs/performance-history.md).
+constexpr size_t kPrefetchBytes = 12288;
 
 // acc += four u8 x s8 products per 32-bit lane (the asm keeps GCC from copying the
 // accumulator around the intrinsic; ops/code_dot_i16.cc).
