@@ -81,17 +81,26 @@ BENCHMARK(BM_ReadRoofline)
 // 4-bit KV codecs' attention kernels, 48 per pass in one asm block whose accumulators are
 // fixed registers (zmm0-zmm15). (Session 28's loop kept them in an array that GCC put on
 // the stack, so each vpdpbusd loaded and stored its accumulator: 0.31 ns, a rate of that
-// round trip, not of the instruction.) ns/vpdpbusd: the time per instruction.
+// round trip, not of the instruction.) ns/vpdpbusd: the time per instruction (per vpdpwssd
+// in Vpdpwssd/16).
 //   Vpdpbusd/16: 16 accumulators, register operands;
 //   Vpdpbusd/8: 8 accumulators (a dot waits 4 cycles for its accumulator here);
 //   VpdpbusdBroadcast: 16 accumulators, the signed operand a 4-byte broadcast from memory,
-//     as the key kernels read their query (ops/packed_scores.cc).
+//     as the key kernels read their query (ops/packed_scores.cc);
+//   Vpdpwssd/16: Vpdpbusd/16 with the int16 dot (32 products each) of the 8-bit codes'
+//     kernels, to compare the two instructions' rates.
 #define KVPACK_DOT(r) "vpdpbusd %%zmm17, %%zmm16, %%zmm" #r "\n\t"
+#define KVPACK_DOT_WORDS(r) "vpdpwssd %%zmm17, %%zmm16, %%zmm" #r "\n\t"
 #define KVPACK_DOT_MEM(off, r) "vpdpbusd " #off "(%0)%{1to16%}, %%zmm16, %%zmm" #r "\n\t"
 #define KVPACK_DOTS16 \
   KVPACK_DOT(0) KVPACK_DOT(1) KVPACK_DOT(2) KVPACK_DOT(3) KVPACK_DOT(4) KVPACK_DOT(5) \
   KVPACK_DOT(6) KVPACK_DOT(7) KVPACK_DOT(8) KVPACK_DOT(9) KVPACK_DOT(10) KVPACK_DOT(11) \
   KVPACK_DOT(12) KVPACK_DOT(13) KVPACK_DOT(14) KVPACK_DOT(15)
+#define KVPACK_DOTS_WORDS16                                                                 \
+  KVPACK_DOT_WORDS(0) KVPACK_DOT_WORDS(1) KVPACK_DOT_WORDS(2) KVPACK_DOT_WORDS(3)           \
+  KVPACK_DOT_WORDS(4) KVPACK_DOT_WORDS(5) KVPACK_DOT_WORDS(6) KVPACK_DOT_WORDS(7)           \
+  KVPACK_DOT_WORDS(8) KVPACK_DOT_WORDS(9) KVPACK_DOT_WORDS(10) KVPACK_DOT_WORDS(11)         \
+  KVPACK_DOT_WORDS(12) KVPACK_DOT_WORDS(13) KVPACK_DOT_WORDS(14) KVPACK_DOT_WORDS(15)
 #define KVPACK_DOTS8 \
   KVPACK_DOT(0) KVPACK_DOT(1) KVPACK_DOT(2) KVPACK_DOT(3) KVPACK_DOT(4) KVPACK_DOT(5) \
   KVPACK_DOT(6) KVPACK_DOT(7)
@@ -106,7 +115,7 @@ BENCHMARK(BM_ReadRoofline)
   "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
       "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17"
 
-enum class DotLoop { kRegisters16, kRegisters8, kBroadcast16 };
+enum class DotLoop { kRegisters16, kRegisters8, kBroadcast16, kWordRegisters16 };
 constexpr int kDotsPerPass = 48;
 
 template <DotLoop kLoop>
@@ -123,6 +132,9 @@ __attribute__((target("avx512f,avx512vnni"))) void VpdpbusdLoop(int64_t passes) 
     } else if constexpr (kLoop == DotLoop::kRegisters8) {
       asm volatile(KVPACK_DOTS8 KVPACK_DOTS8 KVPACK_DOTS8 KVPACK_DOTS8 KVPACK_DOTS8
                        KVPACK_DOTS8 ::: KVPACK_ZMM_CLOBBERS);
+    } else if constexpr (kLoop == DotLoop::kWordRegisters16) {
+      asm volatile(KVPACK_DOTS_WORDS16 KVPACK_DOTS_WORDS16 KVPACK_DOTS_WORDS16 ::
+                       : KVPACK_ZMM_CLOBBERS);
     } else {
       asm volatile(KVPACK_DOTS_MEM16() KVPACK_DOTS_MEM16(1) KVPACK_DOTS_MEM16(2)
                    :
@@ -133,6 +145,8 @@ __attribute__((target("avx512f,avx512vnni"))) void VpdpbusdLoop(int64_t passes) 
 }
 #undef KVPACK_DOT
 #undef KVPACK_DOT_MEM
+#undef KVPACK_DOT_WORDS
+#undef KVPACK_DOTS_WORDS16
 #undef KVPACK_DOTS16
 #undef KVPACK_DOTS8
 #undef KVPACK_DOTS_MEM16
@@ -154,6 +168,9 @@ BENCHMARK(BM_Vpdpbusd<DotLoop::kRegisters16>)->Name("Vpdpbusd/16")->Unit(benchma
 BENCHMARK(BM_Vpdpbusd<DotLoop::kRegisters8>)->Name("Vpdpbusd/8")->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Vpdpbusd<DotLoop::kBroadcast16>)
     ->Name("VpdpbusdBroadcast")
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Vpdpbusd<DotLoop::kWordRegisters16>)
+    ->Name("Vpdpwssd/16")
     ->Unit(benchmark::kMicrosecond);
 #endif
 
