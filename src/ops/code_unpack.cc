@@ -41,7 +41,7 @@ void UnpackCodesU8Impl(const uint8_t* src, int64_t first, size_t n, int bits, ui
       const size_t step = 2 * hn::Lanes(d16);       // codes per step
       const auto mask = hn::Set(d16, 0x0F0F);
       for (; i + step <= n; i += step) {
-        hwy::Prefetch(p + i / 2 + kPrefetchAheadBytes);
+        PrefetchCodeLine(p + i / 2 + kPrefetchAheadBytes);
         const auto x = hn::PromoteTo(d16, hn::LoadU(d8, p + i / 2));
         hn::StoreU(hn::BitCast(dout, hn::And(hn::Or(x, hn::ShiftLeft<4>(x)), mask)), dout,
                    dst + i);
@@ -53,7 +53,7 @@ void UnpackCodesU8Impl(const uint8_t* src, int64_t first, size_t n, int bits, ui
       const size_t step = 4 * hn::Lanes(d32);
       const auto mask = hn::Set(d32, 0x03030303u);
       for (; i + step <= n; i += step) {
-        hwy::Prefetch(p + i / 4 + kPrefetchAheadBytes);
+        PrefetchCodeLine(p + i / 4 + kPrefetchAheadBytes);
         const auto x = hn::PromoteTo(d32, hn::LoadU(d8, p + i / 4));
         const auto y = hn::Or(hn::Or(x, hn::ShiftLeft<6>(x)),
                               hn::Or(hn::ShiftLeft<12>(x), hn::ShiftLeft<18>(x)));
@@ -160,7 +160,7 @@ void DequantizeQ8_0BlocksImpl(const uint8_t* blocks, size_t n_blocks, float* out
     for (; b < nb; ++b) scales[b] = Fp16ToFp32(bits[b]);
     for (b = 0; b < nb; ++b) {
       const uint8_t* blk = blocks + (b0 + b) * 34;
-      hwy::Prefetch(blk + kPrefetchAheadBytes);
+      PrefetchCodeLine(blk + kPrefetchAheadBytes);
       const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
       float* o = out + (b0 + b) * 32;
       const auto scale = hn::Set(d, scales[b]);

@@ -314,7 +314,7 @@ KVPACK_BLOCK_INLINE void LoadTile(const uint8_t* tile, size_t left, __m512i (&co
   if (left == 16) {
 #pragma GCC unroll 16
     for (int z = 0; z < kW; ++z) {
-      _mm_prefetch(reinterpret_cast<const char*>(tile + 64 * z + kPrefetchAheadBytes), _MM_HINT_T0);
+      PrefetchCodeLine(reinterpret_cast<const char*>(tile + 64 * z + kPrefetchAheadBytes));
     }
     LoadColumns<kW, false>(tile, 0, col);
   } else {
@@ -492,14 +492,13 @@ KVPACK_BLOCK_INLINE void PrepareQueries16(const uint16_t* params, size_t n, cons
     }
     const uint16_t* pj = params + j * 2 * kD;
     for (size_t b = 0; b < code_step; b += 64) {
-      _mm_prefetch(codes + j * code_step + b, _MM_HINT_T1);
+      PrefetchCodeLine(codes + j * code_step + b);
     }
     // The parameters stream from memory too (4 d bytes per block): without this their
     // conversions were the kernel's hottest instructions on a 30-layer cache.
 #pragma GCC unroll 8
     for (int c = 0; c < kD / 16; ++c) {
-      _mm_prefetch(reinterpret_cast<const char*>(pj + 2 * kD * kParamsAhead) + 64 * c,
-                   _MM_HINT_T0);
+      PrefetchCodeLine(reinterpret_cast<const char*>(pj + 2 * kD * kParamsAhead) + 64 * c);
     }
     __m512 sc[kV], mn[kV];
     LoadBlockParams<kV>(pj, sc, mn);
@@ -582,7 +581,7 @@ KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
       if (j0 + jn + j < n_blocks + n_next) {
         const char* next = reinterpret_cast<const char*>(params + (j0 + jn + j) * 2 * kD);
 #pragma GCC unroll 8
-        for (int c = 0; c < kD / 16; ++c) _mm_prefetch(next + 64 * c, _MM_HINT_T0);
+        for (int c = 0; c < kD / 16; ++c) PrefetchCodeLine(next + 64 * c);
       }
       const size_t r0 = static_cast<size_t>(starts[j0 + j]);
       const size_t r1 = static_cast<size_t>(starts[j0 + j + 1]);

@@ -23,11 +23,29 @@ namespace kvpack {
 constexpr size_t kPrefetchAheadBytes = 4096;
 
 // Asks for the lines of the first min(bytes, kPrefetchAheadBytes) bytes at p (no effect on
-// results; p may be anywhere, prefetches never fault).
+// results; p may be anywhere, prefetches never fault). Into L1 (prefetcht0): the
+// full-precision rows (f32, f16, bf16, KIVI's residual) and GEAR's parts.
 inline void PrefetchStreamStart(const void* p, size_t bytes) {
   const char* c = static_cast<const char*>(p);
   const size_t n = std::min(bytes, kPrefetchAheadBytes);
   for (size_t off = 0; off < n; off += 64) __builtin_prefetch(c + off, 0, 3);
+}
+
+// The quantized codecs' packed codes and parameters are asked for into L2 only (prefetcht1:
+// locality 2): by the kernels' in-loop prefetches (PrefetchCodeLine) and at a call's start
+// (PrefetchCodeStreamStart). On session 34's Zen 4 host the same prefetches into L1 left
+// those caches waiting on memory: kv_codec_bench ScoresAccumulateCold/<spec>/<depth>/30 took
+// less time with the L2 hint for every quantized codec of issue 3 at 512 and 8192 tokens
+// (e.g. FlexGen-8 at 8192 12626 -> 6682 us, KIVI-8 at 512 1025 -> 773 us). The
+// full-precision kernels (ops/vec.cc) measured the other way (f16 at 8192 with the L2 hint
+// in them too: keys 4248 -> 5316 us, values 4136 -> 4851 us), so they keep prefetcht0
+// (docs/performance-history.md, session 34).
+inline void PrefetchCodeLine(const void* p) { __builtin_prefetch(p, 0, 2); }
+
+inline void PrefetchCodeStreamStart(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  const size_t n = std::min(bytes, kPrefetchAheadBytes);
+  for (size_t off = 0; off < n; off += 64) PrefetchCodeLine(c + off);
 }
 
 }  // namespace kvpack

@@ -67,7 +67,7 @@ constexpr size_t kParamPrefetchRows = kPhaseTiles * kI8ValueTileRowsMax;
 KVPACK_I8V_ATTR inline void PrefetchRowParamsAhead(const uint16_t* params, size_t n_rows,
                                                    size_t row_bytes) {
   const char* ahead = reinterpret_cast<const char*>(params) + kParamPrefetchRows * row_bytes;
-  for (size_t off = 0; off < n_rows * row_bytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+  for (size_t off = 0; off < n_rows * row_bytes; off += 64) PrefetchCodeLine(ahead + off);
 }
 
 // acc += four u8 (codes) x s8 (weights) products per 32-bit lane, in place (the asm ties the
@@ -314,7 +314,7 @@ KVPACK_I8V_ATTR void RowDotsI8(const int8_t (*wq)[kI8ValueTileRowsMax], const fl
     __m512i raw;
     if constexpr (!kWide) {
       const uint8_t* line = codes + k * kRowBytes;
-      _mm_prefetch(reinterpret_cast<const char*>(line + kPrefetchAheadBytes), _MM_HINT_T0);
+      PrefetchCodeLine(reinterpret_cast<const char*>(line + kPrefetchAheadBytes));
       raw = left >= 4 ? _mm512_loadu_si512(line)
                       : _mm512_maskz_loadu_epi8((__mmask64{1} << (16 * left)) - 1, line);
     } else {
@@ -324,7 +324,7 @@ KVPACK_I8V_ATTR void RowDotsI8(const int8_t (*wq)[kI8ValueTileRowsMax], const fl
         part[r] = _mm_setzero_si128();
         if (static_cast<size_t>(r) >= left) continue;
         const uint8_t* row = codes + (k + r) * row_bytes + window_byte;
-        _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchAheadBytes), _MM_HINT_T0);
+        PrefetchCodeLine(reinterpret_cast<const char*>(row + kPrefetchAheadBytes));
         part[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row));
       }
       const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(part[0]), part[1], 1);

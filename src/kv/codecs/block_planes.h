@@ -34,8 +34,8 @@ class BlockPlanes {
 
   // Asks for the start of both planes' rows [t0, t1) (ops/prefetch.h).
   void PrefetchRows(int64_t t0, int64_t t1) const {
-    PrefetchStreamStart(codes(t0), (t1 - t0) * row_bytes_);
-    PrefetchStreamStart(scales(t0), (t1 - t0) * n_blocks_ * sizeof(uint16_t));
+    PrefetchCodeStreamStart(codes(t0), (t1 - t0) * row_bytes_);
+    PrefetchCodeStreamStart(scales(t0), (t1 - t0) * n_blocks_ * sizeof(uint16_t));
   }
   // Keeps the tokens `keep` (ascending, validated here), in order, and frees the rest.
   Status Retain(std::span<const int64_t> keep);

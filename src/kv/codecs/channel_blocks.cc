@@ -82,8 +82,8 @@ void ChannelBlocks::UnpackTile(int64_t a, int64_t e, uint8_t* out) const {
 
 void ChannelBlocks::PrefetchRange(int64_t r0, int64_t r1) const {
   const int64_t b0 = BlockOf(r0), b1 = BlockOf(r1 - 1) + 1;
-  PrefetchStreamStart(&codes_[r0 * row_bytes_], (r1 - r0) * row_bytes_);
-  PrefetchStreamStart(&params_[b0 * 2 * d_], (b1 - b0) * 2 * d_ * sizeof(uint16_t));
+  PrefetchCodeStreamStart(&codes_[r0 * row_bytes_], (r1 - r0) * row_bytes_);
+  PrefetchCodeStreamStart(&params_[b0 * 2 * d_], (b1 - b0) * 2 * d_ * sizeof(uint16_t));
 }
 
 // Per block: q . (code * scale + min) = (q * scale) . code + q . min. With 2- or 4-bit codes

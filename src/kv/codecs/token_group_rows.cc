@@ -89,8 +89,8 @@ void TokenGroupRows::PrefetchSelected(int64_t r0, const int64_t* rows, int64_t n
                                       int c0) const {
   if (rows != nullptr || n_sel <= 0) return;
   const Window w = WindowOf(c0 - c0 % plane_len_, plane_len_);
-  PrefetchStreamStart(w.codes + r0 * w.row_bytes, n_sel * w.row_bytes);
-  PrefetchStreamStart(&params_[r0 * 2 * n_groups_], n_sel * n_groups_ * 2 * sizeof(uint16_t));
+  PrefetchCodeStreamStart(w.codes + r0 * w.row_bytes, n_sel * w.row_bytes);
+  PrefetchCodeStreamStart(&params_[r0 * 2 * n_groups_], n_sel * n_groups_ * 2 * sizeof(uint16_t));
 }
 
 // Selected rows k0..k1 of a Scores/Accumulate call into the scratch tile: consecutive rows in
