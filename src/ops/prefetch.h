@@ -7,8 +7,9 @@
 // leaves a call's first kPrefetchAheadBytes of every stream to demand misses, and at depth 512
 // a head's codes, parameters or residual rows are 1 to 16 KiB each: the misses then
 // serialised with the arithmetic, and a 4-bit cache read from memory took the time of its
-// bytes plus that of its arithmetic. PrefetchStreamStart asks for the start of each stream
-// when a call begins, so that the in-loop prefetches take over where it stops
+// bytes plus that of its arithmetic. PrefetchStreamStart (PrefetchCodeStreamStart for a
+// quantized codec's streams) asks for the start of each stream when a call begins, so that
+// the in-loop prefetches take over where it stops
 // (docs/performance-history.md, session 24: 7-20% less attention time from memory at 512;
 // asking for all of a head's data at once kept only about a third of the gain).
 #ifndef KVPACK_OPS_PREFETCH_H_
@@ -34,9 +35,10 @@ inline void PrefetchStreamStart(const void* p, size_t bytes) {
 // The quantized codecs' packed codes and parameters are asked for into L2 only (prefetcht1:
 // locality 2): by the kernels' in-loop prefetches (PrefetchCodeLine) and at a call's start
 // (PrefetchCodeStreamStart). On session 34's Zen 4 host the same prefetches into L1 left
-// those caches waiting on memory: kv_codec_bench ScoresAccumulateCold/<spec>/<depth>/30 took
-// less time with the L2 hint for every quantized codec of issue 3 at 512 and 8192 tokens
-// (e.g. FlexGen-8 at 8192 12626 -> 6682 us, KIVI-8 at 512 1025 -> 773 us). The
+// those caches waiting on memory: kv_codec_bench ScoresAccumulateCold/<spec>/<depth>/30
+// (medians of three runs of each build) took 2-32% less time with the L2 hint for every
+// quantized codec of issue 3 at 512 and 8192 tokens but two that were level (KIVI-4, KCVT-8
+// at 8192), e.g. FlexGen-8 at 8192 9366 -> 6381 us, KIVI-8 at 512 868 -> 709 us. The
 // full-precision kernels (ops/vec.cc) measured the other way (f16 at 8192 with the L2 hint
 // in them too: keys 4248 -> 5316 us, values 4136 -> 4851 us), so they keep prefetcht0
 // (docs/performance-history.md, session 34).
