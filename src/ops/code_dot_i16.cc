@@ -121,9 +121,9 @@ KVPACK_VNNI_ATTR inline void LoadRowPair(const uint8_t* codes, size_t k, size_t 
                                          __m512i& r0, __m512i& r1) {
   const uint8_t* first = codes + k * row_stride + c_byte;
   if constexpr (kPrefetch) {
-    PrefetchCodeLine(reinterpret_cast<const char*>(first + kPrefetchAheadBytes));
+    PrefetchCodeLine(first + kPrefetchAheadBytes);
     if constexpr (kWide) {
-      PrefetchCodeLine(reinterpret_cast<const char*>(first + row_stride + kPrefetchAheadBytes));
+      PrefetchCodeLine(first + row_stride + kPrefetchAheadBytes);
     }
   }
   r0 = _mm512_maskz_loadu_epi8(live, first);

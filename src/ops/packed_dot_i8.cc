@@ -106,7 +106,7 @@ void QueriesOverRows(const uint8_t* rows, size_t n_full, const int8_t* qp, size_
     // per token than a one-layer one (kv_codec_bench); kPrefetchAheadBytes ahead closes most of it.
 #pragma GCC unroll 16
     for (int z = 0; z < W; ++z) {
-      PrefetchCodeLine(reinterpret_cast<const char*>(block + 64 * z + kPrefetchAheadBytes));
+      PrefetchCodeLine(block + 64 * z + kPrefetchAheadBytes);
     }
     __m512i acc[NQ];
     BlockDotTree<kBits, NQ, 0, W>(block, qv, mask, acc);

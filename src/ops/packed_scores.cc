@@ -314,7 +314,7 @@ KVPACK_BLOCK_INLINE void LoadTile(const uint8_t* tile, size_t left, __m512i (&co
   if (left == 16) {
 #pragma GCC unroll 16
     for (int z = 0; z < kW; ++z) {
-      PrefetchCodeLine(reinterpret_cast<const char*>(tile + 64 * z + kPrefetchAheadBytes));
+      PrefetchCodeLine(tile + 64 * z + kPrefetchAheadBytes);
     }
     LoadColumns<kW, false>(tile, 0, col);
   } else {

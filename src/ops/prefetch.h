@@ -24,13 +24,17 @@ namespace kvpack {
 constexpr size_t kPrefetchAheadBytes = 4096;
 
 // Asks for the lines of the first min(bytes, kPrefetchAheadBytes) bytes at p (no effect on
-// results; p may be anywhere, prefetches never fault). Into L1 (prefetcht0): the
-// full-precision rows (f32, f16, bf16, KIVI's residual) and GEAR's parts.
-inline void PrefetchStreamStart(const void* p, size_t bytes) {
+// results; p may be anywhere, prefetches never fault) with __builtin_prefetch's kLocality
+// (3: prefetcht0, into L1; 2: prefetcht1, into L2).
+template <int kLocality>
+inline void PrefetchStart(const void* p, size_t bytes) {
   const char* c = static_cast<const char*>(p);
   const size_t n = std::min(bytes, kPrefetchAheadBytes);
-  for (size_t off = 0; off < n; off += 64) __builtin_prefetch(c + off, 0, 3);
+  for (size_t off = 0; off < n; off += 64) __builtin_prefetch(c + off, 0, kLocality);
 }
+
+// Into L1: the full-precision rows (f32, f16, bf16, KIVI's residual) and GEAR's parts.
+inline void PrefetchStreamStart(const void* p, size_t bytes) { PrefetchStart<3>(p, bytes); }
 
 // The quantized codecs' packed codes and parameters are asked for into L2 only (prefetcht1:
 // locality 2): by the kernels' in-loop prefetches (PrefetchCodeLine) and at a call's start
@@ -44,11 +48,7 @@ inline void PrefetchStreamStart(const void* p, size_t bytes) {
 // (docs/performance-history.md, session 34).
 inline void PrefetchCodeLine(const void* p) { __builtin_prefetch(p, 0, 2); }
 
-inline void PrefetchCodeStreamStart(const void* p, size_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  const size_t n = std::min(bytes, kPrefetchAheadBytes);
-  for (size_t off = 0; off < n; off += 64) PrefetchCodeLine(c + off);
-}
+inline void PrefetchCodeStreamStart(const void* p, size_t bytes) { PrefetchStart<2>(p, bytes); }
 
 }  // namespace kvpack
 

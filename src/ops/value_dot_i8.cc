@@ -314,7 +314,7 @@ KVPACK_I8V_ATTR void RowDotsI8(const int8_t (*wq)[kI8ValueTileRowsMax], const fl
     __m512i raw;
     if constexpr (!kWide) {
       const uint8_t* line = codes + k * kRowBytes;
-      PrefetchCodeLine(reinterpret_cast<const char*>(line + kPrefetchAheadBytes));
+      PrefetchCodeLine(line + kPrefetchAheadBytes);
       raw = left >= 4 ? _mm512_loadu_si512(line)
                       : _mm512_maskz_loadu_epi8((__mmask64{1} << (16 * left)) - 1, line);
     } else {
@@ -324,7 +324,7 @@ KVPACK_I8V_ATTR void RowDotsI8(const int8_t (*wq)[kI8ValueTileRowsMax], const fl
         part[r] = _mm_setzero_si128();
         if (static_cast<size_t>(r) >= left) continue;
         const uint8_t* row = codes + (k + r) * row_bytes + window_byte;
-        PrefetchCodeLine(reinterpret_cast<const char*>(row + kPrefetchAheadBytes));
+        PrefetchCodeLine(row + kPrefetchAheadBytes);
         part[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row));
       }
       const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(part[0]), part[1], 1);
