@@ -144,6 +144,9 @@ void AxpyCodeRowsWeightedImpl(const float* w, size_t n_q, size_t ld, const uint8
 }
 
 bool UsesAvx512Impl() { return HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL; }
+bool UsesAvx2Impl() {
+  return HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL;
+}
 
 void GroupWeightsAndMinSumsImpl(const float* p, size_t ldp, size_t n_q, const float* scale,
                                 const float* min, size_t lds, size_t ng, size_t m, float* w,
@@ -183,8 +186,10 @@ HWY_EXPORT(DotCodeRowsImpl);
 HWY_EXPORT(AxpyCodeRowsWeightedImpl);
 HWY_EXPORT(GroupWeightsAndMinSumsImpl);
 HWY_EXPORT(UsesAvx512Impl);
+HWY_EXPORT(UsesAvx2Impl);
 
 bool CodeKernelsUseAvx512() { return HWY_DYNAMIC_DISPATCH(UsesAvx512Impl)(); }
+bool CodeKernelsUseAvx2() { return HWY_DYNAMIC_DISPATCH(UsesAvx2Impl)(); }
 
 void GroupWeightsAndMinSums(const float* p, size_t ldp, size_t n_q, const float* scale,
                             const float* min, size_t lds, size_t ng, size_t m, float* w,

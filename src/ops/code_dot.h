@@ -41,6 +41,8 @@ void AxpyCodeRowsWeightedRef(const float* w, size_t n_q, size_t ld, const uint8_
 // AVX512-VNNI value kernel of ops/code_dot_i16.h) follow the same choice. One indirect call,
 // no CPUID.
 bool CodeKernelsUseAvx512();
+// The same for AVX2 or better (the AVX2 kernels outside Highway, e.g. ops/q8_0_dot.h's).
+bool CodeKernelsUseAvx2();
 
 // The weights and min sums of one tile of per-token groups (kv/codecs/quant_common.h), for
 // query row i, group g and row k < m:

@@ -92,6 +92,7 @@ HWY_AFTER_NAMESPACE();
 #define KVPACK_HAVE_Q8_0_VNNI 1
 #define KVPACK_Q8_0_VNNI_ATTR \
   __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define KVPACK_Q8_0_AVX2_ATTR __attribute__((target("avx2,f16c,fma")))
 #else
 #define KVPACK_HAVE_Q8_0_VNNI 0
 #endif
@@ -162,6 +163,50 @@ KVPACK_Q8_0_VNNI_ATTR void DotRowsVnni(const uint8_t* rows, size_t row_bytes, si
   }
 }
 
+// AVX2 without VNNI: the same lanes as Block's, by vpmaddubsw (unsigned x signed bytes, pairs
+// added into int16) and vpmaddwd by ones (pairs of those into int32), as ggml's AVX2
+// mul_sum_i8_pairs does: |w| as the unsigned bytes (0..128) and x with w's sign as the signed
+// ones. Exact: x is ggml's quantization (QuantizeRowQ8_0Fast), in [-127, 127], so a pair is at
+// most 2 x 128 x 127 < 2^15 and no int16 saturates; w = -128 is |w| = 128 as an unsigned byte.
+// Lane l is then the exact sum of codes 4 l .. 4 l + 3, as vpdpbusd's, and the float steps are
+// Block's: the results are DotRowsVnni's bit for bit. (Only a block whose fp16 d_x is 0, of
+// values below fp16's range, can hold -128, whose sign vpsignb cannot flip; its lanes are then
+// multiplied by d_w * 0, and the sum is unchanged.)
+KVPACK_Q8_0_AVX2_ATTR inline __m256 BlockAvx2(const uint8_t* blk, const BlockQ8_0& xb, float dx,
+                                              __m256 acc) {
+  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
+  const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+  const __m256i dot = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+  uint16_t dw;
+  std::memcpy(&dw, blk, sizeof(dw));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(_cvtsh_ss(dw) * dx), acc);
+}
+
+KVPACK_Q8_0_AVX2_ATTR void DotRowsAvx2(const uint8_t* rows, size_t row_bytes, size_t n_rows,
+                                       const Q8_0Activations& x, size_t t, float* y) {
+  const size_t n_blocks = x.n() / 32;
+  const BlockQ8_0* xb = x.blocks(t);
+  const float* dx = x.scales(t);
+  for (size_t r = 0; r < n_rows; ++r) {
+    const uint8_t* row = rows + r * row_bytes;
+    __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
+    size_t b = 0;
+    for (; b + 2 <= n_blocks; b += 2) {
+      const uint8_t* blk = row + b * sizeof(BlockQ8_0);
+      _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes), _MM_HINT_T0);
+      even = BlockAvx2(blk, xb[b], dx[b], even);
+      odd = BlockAvx2(blk + sizeof(BlockQ8_0), xb[b + 1], dx[b + 1], odd);
+    }
+    if (b < n_blocks) even = BlockAvx2(row + b * sizeof(BlockQ8_0), xb[b], dx[b], even);
+    const __m256 s = _mm256_add_ps(even, odd);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    y[r] = _mm_cvtss_f32(h);
+  }
+}
+
 #pragma GCC diagnostic pop
 #endif  // KVPACK_HAVE_Q8_0_VNNI
 
@@ -175,6 +220,17 @@ bool HasVnniQ8_0Dot() {
                           __builtin_cpu_supports("avx512vnni");
   // Tests that pin a lower Highway target take the Highway path.
   return cpu && CodeKernelsUseAvx512();
+#else
+  return false;
+#endif
+}
+
+bool HasAvx2Q8_0Dot() {
+#if KVPACK_HAVE_Q8_0_VNNI
+  static const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
+  // Tests that pin a target below AVX2 take the Highway path.
+  return cpu && !HasVnniQ8_0Dot() && CodeKernelsUseAvx2();
 #else
   return false;
 #endif
@@ -208,6 +264,10 @@ void DotQ8_0Q8_0Rows(const uint8_t* rows, size_t row_bytes, size_t n_rows,
 #if KVPACK_HAVE_Q8_0_VNNI
   if (HasVnniQ8_0Dot()) {
     DotRowsVnni(rows, row_bytes, n_rows, x, t, y);
+    return;
+  }
+  if (HasAvx2Q8_0Dot()) {
+    DotRowsAvx2(rows, row_bytes, n_rows, x, t, y);
     return;
   }
 #endif

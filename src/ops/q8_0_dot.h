@@ -50,6 +50,8 @@ class Q8_0Activations {
 //   AVX512-VNNI: 32 weight bytes per instruction, read as code + 128 (vpdpbusd multiplies
 //   unsigned by signed bytes) with the lane offsets taken back off exactly; the blocks'
 //   float terms are summed in another order than the twin's.
+//   AVX2 without VNNI: the same lanes by vpmaddubsw and vpmaddwd, in the same order as the
+//   AVX512-VNNI kernel's: its results bit for bit.
 //   Elsewhere (Highway, every target): the twin's integers and floats in the twin's order.
 void DotQ8_0Q8_0Rows(const uint8_t* rows, size_t row_bytes, size_t n_rows,
                      const Q8_0Activations& x, size_t t, float* y);
@@ -58,6 +60,8 @@ void DotQ8_0Q8_0Rows(const uint8_t* rows, size_t row_bytes, size_t n_rows,
 float DotQ8_0Q8_0Ref(const uint8_t* row, const BlockQ8_0* x, size_t n);
 // Whether DotQ8_0Q8_0Rows takes the AVX512-VNNI kernel here.
 bool HasVnniQ8_0Dot();
+// Whether it takes the AVX2 kernel (an AVX2 CPU without AVX512-VNNI).
+bool HasAvx2Q8_0Dot();
 
 }  // namespace kvpack
 

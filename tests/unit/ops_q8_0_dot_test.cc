@@ -1,11 +1,12 @@
 // q8_0 weight rows times q8_0-quantized activations (ops/q8_0_dot.h) against the twin:
 //   - the Highway path (every target the CPU has, the VNNI kernel switched off by pinning the
 //     target) gives the twin's integers and floats in its order: bit for bit;
-//   - the AVX512-VNNI kernel multiplies each block's eight exact 4-product lane sums by the
-//     same d_w * d_x and adds them in another order: it is within (n_blocks + 5) u
+//   - the AVX512-VNNI kernel and the AVX2 one (the same lanes by other instructions)
+//     multiply each block's eight exact 4-product lane sums by the same d_w * d_x and add
+//     them in another order: they are within (n_blocks + 5) u
 //     sum_{b, lane} |lane_b d_w d_x| of the exact value (u = 2^-24: the products, two chains
 //     and a 3-level tree), and the twin within (n_blocks + 2) u sum_b |sumi_b d_w d_x|;
-//     more than that, it is bit for bit VnniOrderModel below, the kernel's order written out;
+//     more than that, they are bit for bit VnniOrderModel below, that order written out;
 //   - QuantizeRowQ8_0Fast and Q8_0Activations hold ggml's quantization of each token.
 // Weight bytes cover the whole int8 range (-128 too, which ggml never writes but a file may
 // hold), rows are not packed back to back, sizes are the model's (576, 1536) and odd counts
@@ -85,11 +86,14 @@ float VnniOrderModel(const uint8_t* row, const BlockQ8_0* x, size_t n) {
 }
 
 TEST(Q8_0Dot, EveryPathMatchesTheTwin) {
-  bool saw_vnni = false;
+  bool saw_vnni = false, saw_avx2 = false;
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
     const bool vnni = HasVnniQ8_0Dot();
+    const bool avx2 = HasAvx2Q8_0Dot();
+    ASSERT_FALSE(vnni && avx2);
     saw_vnni = saw_vnni || vnni;
+    saw_avx2 = saw_avx2 || avx2;
     std::mt19937 rng(31);
     std::normal_distribution<float> g(0.0f, 1.0f);
     for (size_t n : {32, 64, 96, 160, 576, 1536}) {
@@ -115,7 +119,7 @@ TEST(Q8_0Dot, EveryPathMatchesTheTwin) {
             ExactDot(&rows[r * row_bytes], xq.blocks(t), n, exact, mag, lane_mag);
             ASSERT_NEAR(ref, exact, (nb + 2) * std::ldexp(mag, -24) + 1e-30)
                 << "n " << n << " row " << r;
-            if (vnni) {
+            if (vnni || avx2) {
               ASSERT_NEAR(y[r], exact, (nb + 5) * std::ldexp(lane_mag, -24) + 1e-30)
                   << "n " << n << " row " << r;
               ASSERT_EQ(y[r], VnniOrderModel(&rows[r * row_bytes], xq.blocks(t), n))
@@ -129,7 +133,9 @@ TEST(Q8_0Dot, EveryPathMatchesTheTwin) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);
-  if (!saw_vnni) GTEST_SKIP() << "no AVX512-VNNI here: only the Highway path was compared";
+  if (!saw_vnni && !saw_avx2) {
+    GTEST_SKIP() << "no AVX2 or AVX512-VNNI here: only the Highway path was compared";
+  }
 }
 
 // The vectorized quantizer (QuantizeRowQ8_0Fast: activations and the `q8_0` KV cache) gives
