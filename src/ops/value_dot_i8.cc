@@ -1,5 +1,6 @@
 // The AVX512-VNNI + VBMI kernel is compiled for that ISA with a function attribute and chosen
-// at run time, as ops/code_dot_i16.cc's is; elsewhere the twin runs.
+// at run time, as ops/code_dot_i16.cc's is; on AVX2 without it, ops/value_dot_i8_avx2.h's
+// kernel; elsewhere the twin runs.
 #include "ops/value_dot_i8.h"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "ops/code_dot.h"
 #include "ops/prefetch.h"
 #include "ops/query_chunks.h"
+#include "ops/value_dot_i8_avx2.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -462,7 +464,8 @@ bool HasI8ValueKernel(size_t d, size_t n_groups) {
   }
   const size_t group = d / n_groups;  // whole windows per group, or whole groups per window
   if (!(group % kD == 0 || group == 32 || group == 16)) return false;
-  return CpuHasI8ValueKernel() && CodeKernelsUseAvx512();
+  return (CpuHasI8ValueKernel() && CodeKernelsUseAvx512()) ||
+         (CpuHasAvx2I8ValueKernel() && CodeKernelsUseAvx2());
 #else
   (void)d, (void)n_groups;
   return false;
@@ -474,6 +477,10 @@ void AccumulateTwoBitRowsI8(const float* p, size_t ldp, size_t n_q, const uint16
                             float* out, float* msum) {
   if (n_rows == 0 || n_q == 0) return;
 #if KVPACK_HAVE_I8V_KERNEL
+  if (HasI8ValueKernel(d, n_groups) && !(CpuHasI8ValueKernel() && CodeKernelsUseAvx512())) {
+    AccumulateTwoBitRowsI8Avx2(p, ldp, n_q, params, n_groups, codes, d, n_rows, out, msum);
+    return;
+  }
   if (HasI8ValueKernel(d, n_groups)) {
     switch (n_groups) {
       case 1: AccumulateAvx512<1>(p, ldp, n_q, params, codes, d, n_rows, out, msum); return;

@@ -20,8 +20,8 @@
 // FlexGen-2, KIVI-2, HF-2 and GEAR-2. 4-bit codes keep int16 weights (KIVI-4 moved by +7%
 // with int8 ones).
 // Non-goals: widths other than 2 bits, windows of a row (KCVT's all-head rows), heads that
-// are not a multiple of 64 channels, CPUs without AVX512-VNNI + VBMI + DQ: those use
-// ops/code_dot_i16.h.
+// are not a multiple of 64 channels: those use ops/code_dot_i16.h. CPUs with AVX2 but without
+// AVX512-VNNI + VBMI + DQ run the same integer sums by ops/value_dot_i8_avx2.h.
 #ifndef KVPACK_OPS_VALUE_DOT_I8_H_
 #define KVPACK_OPS_VALUE_DOT_I8_H_
 
@@ -37,7 +37,7 @@ constexpr size_t kI8ValueTileRowsMax = 64;
 // Whether AccumulateTwoBitRowsI8 runs its integer kernel here: d a multiple of 64 channels
 // (whole rows of d / 4 bytes), 1, 2 or 4 groups per row whose size is a multiple of 64 or is
 // 32 or 16 (a 64-channel window then holds whole groups), a CPU with AVX512-VNNI, VBMI and DQ
-// (and those targets allowed for tests).
+// or one with AVX2 (ops/value_dot_i8_avx2.h), and those targets allowed for tests.
 bool HasI8ValueKernel(size_t d, size_t n_groups);
 
 // Consecutive 2-bit rows (LSB-first, d / 4 bytes each; codes [n_rows, d / 4]) with their fp16

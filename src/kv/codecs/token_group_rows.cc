@@ -247,7 +247,7 @@ void TokenGroupRows::Accumulate(int64_t r0, const int64_t* rows, int64_t n_sel, 
   // weights move a 2-bit cache's KLD by a few percent of the codes' own error).
   // All the rows in one call, which quantizes the weights per tile of kTileRowsMax rows.
   static_assert(kTileRowsMax == static_cast<int64_t>(kI8ValueTileRowsMax));
-  if (packed && bits_ == 2 && w.c0 == 0 && n % 64 == 0 && w.row_bytes == n / 4 &&
+  if (rows == nullptr && bits_ == 2 && w.c0 == 0 && n % 64 == 0 && w.row_bytes == n / 4 &&
       HasI8ValueKernel(n, n_groups_)) {
     AccumulateTwoBitRowsI8(p + col0, ld, n_q, &params_[r0 * 2 * n_groups_], n_groups_,
                            w.codes + r0 * w.row_bytes, n, n_sel, out, t.msum.data());
