@@ -17,6 +17,7 @@
 #include "ops/query_chunks.h"
 #include "ops/prefetch.h"
 #include "ops/reduce_avx512.h"
+#include "ops/token_row_scores_avx2.h"
 #include "ops/vec.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -940,6 +941,10 @@ void ScoreTokenRowsI8(const uint8_t* rows, size_t n_rows, size_t row_bytes, size
     return;
   }
 #endif
+  if (HasAvx2TokenRowScores(row_bytes, d, bits, n_groups)) {
+    ScoreTokenRowsI8Avx2(rows, n_rows, d, bits, params, q8, alpha, qsum, n_q, scores, ld);
+    return;
+  }
   if (n_groups == 1) {
     ScoreTokenRowsGeneral(rows, n_rows, row_bytes, d, bits, params, q8, alpha, qsum, n_q, scores,
                           ld);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ops/fp16_pairs_avx2.h"
 #include "ops/prefetch.h"
 #include "ops/query_chunks.h"
 #include "ops/value_dot_i8.h"
@@ -28,9 +29,9 @@ namespace {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 constexpr size_t kTile = kI8ValueTileRowsMax;  // rows per weight tile (64)
-constexpr size_t kMaxQ = 3;        // query rows per pass: 3 x 4 int16 accumulators in registers
-constexpr size_t kMaxGroups = 4;   // groups per row
-constexpr size_t kWindow = 64;     // channels per window: 16 bytes of a row
+constexpr size_t kMaxQ = 3;       // query rows per pass: 3 x 4 int16 accumulators in registers
+constexpr size_t kMaxGroups = 4;  // groups per row
+constexpr size_t kWindow = 64;    // channels per window: 16 bytes of a row
 constexpr float kI8Max = 127.0f;
 
 // A tile's (scale, min) pairs as floats, per group, rows in order (zeros past the tile's rows).
@@ -64,8 +65,17 @@ KVPACK_I8V_AVX2_ATTR float HorizontalSum(__m256 v) {
 
 KVPACK_I8V_AVX2_ATTR void LoadTileParams(const uint16_t* params, size_t n_groups, size_t m,
                                          TileParams& tp) {
+  size_t k0 = 0;
+  if (n_groups == 1) {  // eight rows' pairs at a time
+    for (; k0 + 8 <= m; k0 += 8) {
+      __m256 scale, min;
+      LoadScaleMinPairs8(params + 2 * k0, &scale, &min);
+      _mm256_store_ps(tp.scale[0] + k0, scale);
+      _mm256_store_ps(tp.min[0] + k0, min);
+    }
+  }
   for (size_t g = 0; g < n_groups; ++g) {
-    for (size_t k = 0; k < m; ++k) {
+    for (size_t k = k0; k < m; ++k) {
       const uint16_t* pair = params + (k * n_groups + g) * 2;
       tp.scale[g][k] = _cvtsh_ss(pair[0]);
       tp.min[g][k] = _cvtsh_ss(pair[1]);
@@ -84,14 +94,18 @@ KVPACK_I8V_AVX2_ATTR void LoadTileParams(const uint16_t* params, size_t n_groups
 KVPACK_I8V_AVX2_ATTR void QuantizeRowWeights(const float* p, size_t m, const float* scale,
                                              const float* min, int8_t* wq, float* step,
                                              float* msum) {
-  alignas(32) float pk[kTile];
-  std::copy(p, p + m, pk);
-  std::fill(pk + m, pk + kTile, 0.0f);
+  alignas(32) float tail[kTile];
+  const float* pk = p;
+  if (m < kTile) {  // the last tile's probabilities, padded with zeros
+    std::copy(p, p + m, tail);
+    std::fill(tail + m, tail + kTile, 0.0f);
+    pk = tail;
+  }
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 w[kTile / 8];
   __m256 amax = _mm256_setzero_ps(), msum_lanes = _mm256_setzero_ps();
   for (size_t b = 0; b < kTile / 8; ++b) {
-    const __m256 pv = _mm256_load_ps(pk + 8 * b);
+    const __m256 pv = _mm256_loadu_ps(pk + 8 * b);
     w[b] = _mm256_mul_ps(pv, _mm256_load_ps(scale + 8 * b));
     msum_lanes = _mm256_fmadd_ps(pv, _mm256_load_ps(min + 8 * b), msum_lanes);
     amax = _mm256_max_ps(_mm256_andnot_ps(sign, w[b]), amax);  // a NaN |w| yields amax
@@ -110,9 +124,8 @@ KVPACK_I8V_AVX2_ATTR void QuantizeRowWeights(const float* p, size_t m, const flo
   // the 32 rows packed; one dword permutation puts them in order.
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (size_t h = 0; h < 2; ++h) {
-    const __m256i bytes =
-        _mm256_packs_epi16(_mm256_packs_epi32(q[4 * h], q[4 * h + 1]),
-                           _mm256_packs_epi32(q[4 * h + 2], q[4 * h + 3]));
+    const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[4 * h], q[4 * h + 1]),
+                                             _mm256_packs_epi32(q[4 * h + 2], q[4 * h + 3]));
     _mm256_store_si256(reinterpret_cast<__m256i*>(wq + 32 * h),
                        _mm256_permutevar8x32_epi32(bytes, order));
   }
@@ -136,10 +149,10 @@ KVPACK_I8V_AVX2_ATTR __m256i WeightPair(const int8_t* const (&wq)[4], size_t j) 
     return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(PairAt(wq[0], j))),
                                    _mm_set1_epi16(PairAt(wq[2], j)), 1);
   } else {
-    const __m128i lo = _mm_unpacklo_epi64(_mm_set1_epi16(PairAt(wq[0], j)),
-                                          _mm_set1_epi16(PairAt(wq[1], j)));
-    const __m128i hi = _mm_unpacklo_epi64(_mm_set1_epi16(PairAt(wq[2], j)),
-                                          _mm_set1_epi16(PairAt(wq[3], j)));
+    const __m128i lo =
+        _mm_unpacklo_epi64(_mm_set1_epi16(PairAt(wq[0], j)), _mm_set1_epi16(PairAt(wq[1], j)));
+    const __m128i hi =
+        _mm_unpacklo_epi64(_mm_set1_epi16(PairAt(wq[2], j)), _mm_set1_epi16(PairAt(wq[3], j)));
     return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
   }
 }
@@ -176,8 +189,8 @@ KVPACK_I8V_AVX2_ATTR void WindowPass(const TileWeights<NQ>& tw, size_t n_groups,
                           ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + row_bytes))
                           : _mm_setzero_si128();
     // Lane l: byte l of row 2 j, then byte l of row 2 j + 1 (channels 4 l .. 4 l + 3).
-    const __m256i x = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_unpacklo_epi8(a, b)), _mm_unpackhi_epi8(a, b), 1);
+    const __m256i x = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi8(a, b)),
+                                              _mm_unpackhi_epi8(a, b), 1);
     __m256i w[NQ];
     for (size_t i = 0; i < NQ; ++i) w[i] = WeightPair<NGW>(wq[i], j);
     for (int s = 0; s < 4; ++s) {
@@ -200,10 +213,11 @@ KVPACK_I8V_AVX2_ATTR void WindowPass(const TileWeights<NQ>& tw, size_t n_groups,
     for (size_t t = 0; t < 4; ++t) {
       for (size_t h = 0; h < 2; ++h) {
         const size_t c = 32 * h + 8 * t;
-        const __m128i half = h == 0 ? _mm256_castsi256_si128(n[t]) : _mm256_extracti128_si256(n[t], 1);
+        const __m128i half =
+            h == 0 ? _mm256_castsi256_si128(n[t]) : _mm256_extracti128_si256(n[t], 1);
         const __m256 sum = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(half));
-        _mm256_storeu_ps(o + c, _mm256_fmadd_ps(_mm256_set1_ps(step[i][c / 16]), sum,
-                                                _mm256_loadu_ps(o + c)));
+        _mm256_storeu_ps(
+            o + c, _mm256_fmadd_ps(_mm256_set1_ps(step[i][c / 16]), sum, _mm256_loadu_ps(o + c)));
       }
     }
   }
@@ -257,13 +271,13 @@ void AccumulateTwoBitRowsI8Avx2(const float* p, size_t ldp, size_t n_q, const ui
     const size_t m = std::min(kTile, n_rows - k0);
     LoadTileParams(params + k0 * n_groups * 2, n_groups, m, tp);
     ForEachQueryChunk<kMaxQ>(n_q, [&](auto nq, size_t i0) {
-      TilePass<nq>(p + i0 * ldp + k0, ldp, tp, n_groups, codes + k0 * row_bytes, d, m,
-                   out + i0 * d, msum + i0 * n_groups);
+      TilePass<nq>(p + i0 * ldp + k0, ldp, tp, n_groups, codes + k0 * row_bytes, d, m, out + i0 * d,
+                   msum + i0 * n_groups);
     });
   }
 #else
-  (void)p, (void)ldp, (void)n_q, (void)params, (void)n_groups, (void)codes, (void)d,
-      (void)n_rows, (void)out, (void)msum;
+  (void)p, (void)ldp, (void)n_q, (void)params, (void)n_groups, (void)codes, (void)d, (void)n_rows,
+      (void)out, (void)msum;
 #endif
 }
 

@@ -18,6 +18,7 @@
 
 #include "core/half.h"
 #include "ops/code_dot_i8.h"
+#include "ops/token_row_scores_avx2.h"
 
 namespace kvpack {
 namespace {
@@ -148,8 +149,9 @@ TEST(ChannelBlockScores, TilesWithTheirFollowingBlocksEqualOneCall) {
   }
 }
 
-// Per-token rows with one or two (scale, min) groups: the fast path (AVX512-VNNI, d 64 or
-// 128, rows without padding) equals the twin bit for bit; every path on every target within
+// Per-token rows with one or two (scale, min) groups: the fast paths (AVX512-VNNI, d 64 or
+// 128, rows without padding; AVX2, one group, d 64 or 128, rows without padding) equal the
+// twin bit for bit; every path on every target within
 // one rounding of each term (targets without FMA round the general path's multiply-adds
 // twice); row counts around the 16-row steps, query counts around the passes of 3 and 4.
 TEST(TokenRowScores, EqualTheTwinOnEveryTarget) {
@@ -163,7 +165,8 @@ TEST(TokenRowScores, EqualTheTwinOnEveryTarget) {
         for (size_t n_groups : {1, 2}) {
           for (size_t pad : {0, 3}) {
             const size_t row_bytes = d * bits / 8 + pad;
-            const bool fast = HasFastTokenRowScores(row_bytes, d, bits, n_groups);
+            const bool fast = HasFastTokenRowScores(row_bytes, d, bits, n_groups) ||
+                              HasAvx2TokenRowScores(row_bytes, d, bits, n_groups);
             fast_runs += fast;
             for (size_t n_rows : {1, 5, 16, 17, 40, 100}) {
               for (size_t n_q : {1, 2, 3, 4, 5, 9}) {
@@ -221,7 +224,7 @@ TEST(TokenRowScores, EqualTheTwinOnEveryTarget) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);
-  if (fast_runs == 0) GTEST_SKIP() << "no AVX512-VNNI: only the general path was compared";
+  if (fast_runs == 0) GTEST_SKIP() << "no AVX2 or AVX512-VNNI: only the general path was compared";
 }
 
 // 8-bit per-token rows (FlexGen's 8-bit keys) with the int16 query: the fast path (d = 64,
