@@ -15,8 +15,7 @@ namespace kvpack {
 __attribute__((target("avx2,f16c"), always_inline)) inline void LoadScaleMinPairs8(
     const uint16_t* pairs, __m256* scale, __m256* min) {
   const __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pairs)));
-  const __m256 hi =
-      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pairs + 8)));
+  const __m256 hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pairs + 8)));
   // Per 128-bit half: [s0 s1 s4 s5 | s2 s3 s6 s7] (and the mins alike); then the 64-bit
   // pairs in order.
   *scale = _mm256_castpd_ps(

@@ -2,14 +2,9 @@
 // groups) for CPUs with AVX2 but without AVX512-VNNI (Zen 3, most laptops), chosen at run time
 // by ScoreTokenRowsI8. Internal to ops/.
 //
-// Design: two rows per register, 16 bytes of each (row t in the low 128-bit half, row t + 1 in
-// the high one). A shift by `bits` s and a mask leave in byte j the code of channel k j + s (k
-// = 8 / bits codes per byte); the query is arranged once per call so that its slot s holds
-// those channels in the same bytes, and one `vpmaddubsw` per slot and query row multiplies 32
-// codes by the query bytes into int16 pairs (at most 2 x 15 x 127), which are added over a
-// 16-byte chunk's slots in int16 (at most 4 x 2 x 3 x 127 or 2 x 2 x 15 x 127: exact) and
-// widened by one `vpmaddwd`. Eight rows' lane sums are reduced together, and the floats follow
-// the twin's steps: the scores are ScoreTokenRowsI8Ref's bit for bit.
+// Design: the integer dots of ops/code_pairs_avx2.h (two rows per register, one vpmaddubsw per
+// code slot, exact), eight rows at a time, then the twin's float steps with the eight rows'
+// (scale, min) pairs: the scores are ScoreTokenRowsI8Ref's bit for bit.
 #ifndef KVPACK_OPS_TOKEN_ROW_SCORES_AVX2_H_
 #define KVPACK_OPS_TOKEN_ROW_SCORES_AVX2_H_
 

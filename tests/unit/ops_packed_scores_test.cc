@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "ops/channel_block_scores_avx2.h"
 #include "ops/code_dot_i8.h"
 #include "ops/token_row_scores_avx2.h"
 
@@ -66,7 +67,8 @@ TEST(ChannelBlockScores, MatchTheTwinOnEveryTarget) {
       for (size_t d : {32, 64, 128}) {
         for (size_t pad : {0, 3}) {
           const size_t row_bytes = d * bits / 8 + pad;
-          fast_runs += HasFastPackedScores(row_bytes, d, bits);
+          fast_runs += HasFastPackedScores(row_bytes, d, bits) ||
+                       HasAvx2ChannelBlockScores(row_bytes, d, bits);
           for (const auto& sizes : layouts) {
             for (size_t n_q : {1, 2, 3, 4, 5, 9}) {
               for (bool zero_mins : {true, false}) {
@@ -115,7 +117,7 @@ TEST(ChannelBlockScores, MatchTheTwinOnEveryTarget) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);
-  if (fast_runs == 0) GTEST_SKIP() << "no AVX512-VNNI: only the general path was compared";
+  if (fast_runs == 0) GTEST_SKIP() << "no AVX2 or AVX512-VNNI: only the general path was compared";
 }
 
 // Attention calls a head's blocks a tile at a time and tells each call how many blocks follow

@@ -1,0 +1,30 @@
+// The AVX2 form of ops/packed_scores.h's per-channel key blocks (KIVI's key groups, KCVT's key
+// blocks) for CPUs with AVX2 but without AVX512-VNNI (Zen 3, most laptops), chosen at run time
+// by ScoreChannelBlocksI8. Internal to ops/.
+//
+// Design: per block, the query folded into the block's scales and quantized by the dispatched
+// ScaleQuantizeI8 (the same q8 and alpha as the twin's), arranged by code slot, then the exact
+// integer dots of ops/code_pairs_avx2.h eight rows at a time (the rows left over one at a time)
+// and the twin's float steps, alpha * dot + xmin. xmin = q . min is a float sum in another
+// order than the twin's, as on the general path.
+#ifndef KVPACK_OPS_CHANNEL_BLOCK_SCORES_AVX2_H_
+#define KVPACK_OPS_CHANNEL_BLOCK_SCORES_AVX2_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvpack {
+
+// Whether ScoreChannelBlockAvx2 applies: 2- or 4-bit codes, d a multiple of 64 up to 256, rows
+// without padding, an AVX2 CPU (and that target allowed for tests).
+bool HasAvx2ChannelBlockScores(size_t row_bytes, size_t d, int bits);
+
+// One block of ScoreChannelBlocksI8's contract (ops/packed_scores.h): n_rows rows, params
+// [2, d] (the per-channel scales, then the mins), q [n_q, d], scores [n_q, ld].
+void ScoreChannelBlockAvx2(const uint8_t* rows, size_t n_rows, size_t d, int bits,
+                           const uint16_t* params, const float* q, size_t n_q, float* scores,
+                           size_t ld);
+
+}  // namespace kvpack
+
+#endif  // KVPACK_OPS_CHANNEL_BLOCK_SCORES_AVX2_H_
