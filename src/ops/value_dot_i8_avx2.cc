@@ -66,12 +66,21 @@ KVPACK_I8V_AVX2_ATTR float HorizontalSum(__m256 v) {
 KVPACK_I8V_AVX2_ATTR void LoadTileParams(const uint16_t* params, size_t n_groups, size_t m,
                                          TileParams& tp) {
   size_t k0 = 0;
-  if (n_groups == 1) {  // eight rows' pairs at a time
+  if (n_groups == 1) {  // eight rows' pairs at a time (one group, or two below)
     for (; k0 + 8 <= m; k0 += 8) {
       __m256 scale, min;
       LoadScaleMinPairs8(params + 2 * k0, &scale, &min);
       _mm256_store_ps(tp.scale[0] + k0, scale);
       _mm256_store_ps(tp.min[0] + k0, min);
+    }
+  } else if (n_groups == 2) {
+    for (; k0 + 8 <= m; k0 += 8) {
+      __m256 scale[2], min[2];
+      LoadScaleMinPairs8TwoGroups(params + 4 * k0, scale, min);
+      for (int g = 0; g < 2; ++g) {
+        _mm256_store_ps(tp.scale[g] + k0, scale[g]);
+        _mm256_store_ps(tp.min[g] + k0, min[g]);
+      }
     }
   }
   for (size_t g = 0; g < n_groups; ++g) {
