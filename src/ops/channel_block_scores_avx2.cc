@@ -9,7 +9,6 @@
 #include "ops/code_dot_i8.h"
 #include "ops/code_pairs_avx2.h"
 #include "ops/query_chunks.h"
-#include "ops/vec.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -84,19 +83,15 @@ void ScoreChannelBlockAvx2(const uint8_t* rows, size_t n_rows, size_t d, int bit
                            const uint16_t* params, const float* q, size_t n_q, float* scores,
                            size_t ld) {
 #if KVPACK_HAVE_CBS_AVX2
-  thread_local std::vector<float> scale, min, alpha, xmin;
+  thread_local std::vector<float> alpha, xmin;
   thread_local std::vector<int8_t> q8;
   thread_local std::vector<ArrangedQueryVec> qa;
   const size_t n_vecs = d * bits / 8 / kCodeChunkBytes * (8 / bits);  // per query row
-  scale.resize(d);
-  min.resize(d);
   alpha.resize(n_q);
   xmin.resize(n_q);
   q8.resize(n_q * d);
   qa.resize(n_q * n_vecs);
-  ConvertF16ToF32(params, scale.data(), d);
-  ConvertF16ToF32(params + d, min.data(), d);
-  ScaleQuantizeI8(q, n_q, scale.data(), min.data(), d, q8.data(), alpha.data(), xmin.data());
+  ScaleQuantizeBlockQueryI8(q, n_q, params, d, q8.data(), alpha.data(), xmin.data());
   __m256i* qv = reinterpret_cast<__m256i*>(qa.data());
   ArrangeQueryBySlot(q8.data(), n_q, d, bits, qv);
   ForEachQueryChunk<kMaxQ>(n_q, [&](auto nq, size_t i0) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ops/code_dot_i8.h"
+#include "ops/vec.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvpack {
@@ -348,6 +349,15 @@ HWY_EXPORT(ScaleQuantizeI8Impl);
 void ScaleQuantizeI8(const float* x, size_t n_q, const float* scale, const float* min, size_t n,
                      int8_t* q, float* alpha, float* xmin) {
   HWY_DYNAMIC_DISPATCH(ScaleQuantizeI8Impl)(x, n_q, scale, min, n, q, alpha, xmin);
+}
+void ScaleQuantizeBlockQueryI8(const float* x, size_t n_q, const uint16_t* params, size_t n,
+                               int8_t* q, float* alpha, float* xmin) {
+  thread_local std::vector<float> scale, min;
+  scale.resize(n);
+  min.resize(n);
+  ConvertF16ToF32(params, scale.data(), n);
+  ConvertF16ToF32(params + n, min.data(), n);
+  ScaleQuantizeI8(x, n_q, scale.data(), min.data(), n, q, alpha, xmin);
 }
 HWY_EXPORT(CombineCodeDotsImpl);
 

@@ -42,6 +42,10 @@ float QuantizeI16Ref(const float* x, size_t n, int16_t* q);
 // xmin[i] = dot(x_i, min).  x, q: [n_q, n]; scale, min: [n]; alpha, xmin: [n_q].
 void ScaleQuantizeI8(const float* x, size_t n_q, const float* scale, const float* min, size_t n,
                      int8_t* q, float* alpha, float* xmin);
+// The same with a key block's fp16 parameters (params: [2, n], the per-channel scales, then
+// the mins; ops/packed_scores.h's ScoreChannelBlocksI8).
+void ScaleQuantizeBlockQueryI8(const float* x, size_t n_q, const uint16_t* params, size_t n,
+                               int8_t* q, float* alpha, float* xmin);
 
 // Per query row i, group g of `group` consecutive channels (the last may be shorter) and row t:
 //   out[(i * n_groups + g) * ld + t] = sum_{c in g} q[i * d + c] * codes[t * row_stride + c]

@@ -38,21 +38,17 @@ namespace {
 void ScoreChannelBlockGeneral(const uint8_t* rows, size_t n_rows, size_t row_bytes, size_t d,
                               int bits, const uint16_t* params, const float* q, size_t n_q,
                               float* scores, size_t ld) {
-  thread_local std::vector<float> scale, min, alpha, xmin, ones;
+  thread_local std::vector<float> alpha, xmin, ones;
   thread_local std::vector<int8_t> q8, qp;
   thread_local std::vector<int32_t> dots;
   const size_t pld = (n_rows + kCombinePad - 1) / kCombinePad * kCombinePad;
-  scale.resize(d);
-  min.resize(d);
   alpha.resize(n_q);
   xmin.resize(n_q);
   q8.resize(n_q * d);
   qp.resize(n_q * d);
   dots.resize(n_q * pld);
   ones.assign(pld, 1.0f);
-  ConvertF16ToF32(params, scale.data(), d);
-  ConvertF16ToF32(params + d, min.data(), d);
-  ScaleQuantizeI8(q, n_q, scale.data(), min.data(), d, q8.data(), alpha.data(), xmin.data());
+  ScaleQuantizeBlockQueryI8(q, n_q, params, d, q8.data(), alpha.data(), xmin.data());
   ArrangeQueryForPacked(q8.data(), n_q, d, bits, qp.data());
   DotPackedRowsI8(rows, n_rows, row_bytes, d, bits, q8.data(), qp.data(), n_q, dots.data(), pld);
   // One group with unit "scale" and "min": alpha * dot + q . min.

@@ -123,6 +123,15 @@ KVPACK_Q8_0_VNNI_ATTR inline __m256i DotQuads(__m256i acc, __m256i u, __m256i s)
   return acc;
 }
 
+// A row's two chains added lane by lane, then lanes l and l + 4, l and l + 2, 0 and 1.
+KVPACK_Q8_0_AVX2_ATTR inline float SumOfChains(__m256 even, __m256 odd) {
+  const __m256 s = _mm256_add_ps(even, odd);
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
 // One block b of a row: its exact integer lane sums as floats, times d_w * d_x, into acc.
 KVPACK_Q8_0_VNNI_ATTR inline __m256 Block(const uint8_t* blk, const BlockQ8_0& xb,
                                           const int32_t* offsets, float dx, __m256 acc) {
@@ -155,11 +164,7 @@ KVPACK_Q8_0_VNNI_ATTR void DotRowsVnni(const uint8_t* rows, size_t row_bytes, si
       odd = Block(blk + sizeof(BlockQ8_0), xb[b + 1], off + 8 * (b + 1), dx[b + 1], odd);
     }
     if (b < n_blocks) even = Block(row + b * sizeof(BlockQ8_0), xb[b], off + 8 * b, dx[b], even);
-    const __m256 s = _mm256_add_ps(even, odd);
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    y[r] = _mm_cvtss_f32(h);
+    y[r] = SumOfChains(even, odd);
   }
 }
 
@@ -199,11 +204,7 @@ KVPACK_Q8_0_AVX2_ATTR void DotRowsAvx2(const uint8_t* rows, size_t row_bytes, si
       odd = BlockAvx2(blk + sizeof(BlockQ8_0), xb[b + 1], dx[b + 1], odd);
     }
     if (b < n_blocks) even = BlockAvx2(row + b * sizeof(BlockQ8_0), xb[b], dx[b], even);
-    const __m256 s = _mm256_add_ps(even, odd);
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    y[r] = _mm_cvtss_f32(h);
+    y[r] = SumOfChains(even, odd);
   }
 }
 

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Summarises several runs of `kvpack bench` as the README's codec tables.
+
+Usage: scripts/bench-table.py RUN1.txt RUN2.txt ...   (each the output of one `kvpack bench`
+with `f16` first and last in its --kv list, as the README's command has it).
+
+Per thread count, one Markdown table: per spec, its bits per value at the deepest depth, and per
+depth the median and range over the runs of its decode speed against the mean of that run's
+first and last `f16` figures (the bench's own column compares with the first only); the last
+column lists each run's tok/s at the deepest depth. Refuses files without the bench's table.
+"""
+import statistics
+import sys
+
+
+def parse(path):
+    """[(kv, threads, depth, bits, tok/s)] in the file's order."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) < 8 or cells[0] in ("kv", "") or cells[0].startswith("---"):
+                continue
+            try:
+                rows.append((cells[0], int(cells[1]), int(cells[2]), float(cells[3]),
+                             float(cells[6])))
+            except ValueError:
+                continue
+    if not rows:
+        sys.exit(f"{path}: no `kvpack bench` table found")
+    return rows
+
+
+def ratios(rows):
+    """{(threads, depth): {kv: ratio}}, {(threads, depth): (first f16, last f16)}, bits."""
+    out, base, bits = {}, {}, {}
+    groups = {}
+    for kv, t, d, b, tps in rows:
+        groups.setdefault((t, d), []).append((kv, tps))
+        bits[(kv, t, d)] = b
+    for key, items in groups.items():
+        f16 = [tps for kv, tps in items if kv == "f16"]
+        if len(f16) < 2:
+            sys.exit(f"threads {key[0]} depth {key[1]}: f16 must come first and last")
+        mean = (f16[0] + f16[-1]) / 2
+        base[key] = (f16[0], f16[-1])
+        out[key] = {kv: tps / mean for kv, tps in items if kv != "f16"}
+        out[key]["_tps"] = {kv: tps for kv, tps in items if kv != "f16"}
+    return out, base, bits
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    runs = [ratios(parse(p)) for p in sys.argv[1:]]
+    keys = sorted(runs[0][0])
+    threads = sorted({t for t, _ in keys})
+    depths = sorted({d for _, d in keys})
+    deepest = depths[-1]
+    specs = [kv for kv in runs[0][0][keys[0]] if kv != "_tps"]
+    for t in threads:
+        print(f"\n{t} thread(s), {len(runs)} runs:\n")
+        head = " | ".join(str(d) for d in depths)
+        print(f"| kv | bits/value at {deepest} | {head} | tok/s at {deepest} |")
+        print("|---" * (len(depths) + 3) + "|")
+        f16 = ", ".join(f"{r[1][(t, deepest)][0]:.1f}/{r[1][(t, deepest)][1]:.1f}" for r in runs)
+        print(f"| `f16` (first / last) | 16.00 | " + " | ".join("1.00x" for _ in depths) +
+              f" | {f16} |")
+        for kv in specs:
+            cells = []
+            for d in depths:
+                vals = [r[0][(t, d)][kv] for r in runs]
+                med = statistics.median(vals)
+                cells.append(f"{med:.2f}x ({min(vals):.2f}-{max(vals):.2f})" if len(vals) > 1
+                             else f"{med:.2f}x")
+            tps = ", ".join(f"{r[0][(t, deepest)]['_tps'][kv]:.1f}" for r in runs)
+            b = runs[0][2][(kv, t, deepest)]
+            print(f"| `{kv}` | {b:.2f} | " + " | ".join(cells) + f" | {tps} |")
+
+
+if __name__ == "__main__":
+    main()
