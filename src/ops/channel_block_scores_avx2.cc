@@ -3,6 +3,7 @@
 // multiply and an add, which a contracted multiply-add would round once instead of twice.
 #include "ops/channel_block_scores_avx2.h"
 
+#include <cstring>
 #include <vector>
 
 #include "ops/code_dot.h"
@@ -28,39 +29,42 @@ namespace {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-constexpr size_t kMaxQ = 3;  // query rows per pass
-
-// Code c of a packed row.
-inline int CodeAt(const uint8_t* row, size_t c, int bits) {
-  const size_t k = 8 / bits;
-  return (row[c / k] >> (bits * (c % k))) & ((1 << bits) - 1);
-}
+constexpr size_t kMaxQ = 3;           // query rows per pass
+constexpr size_t kMaxRowBytes = 128;  // d = 256 at 4 bits
 
 // Query rows [0, NQ) against the block's rows: scores = alpha_i * dot + xmin_i (the twin's
-// multiply, then its add).
+// multiply, then its add). The rows past the last multiple of eight (a KCVT block holds 20 by
+// default) are copied into eight zero-padded rows and take the same kernel; their extra
+// scores are dropped.
+// Rows r .. r + 7 (row_bytes apart): out[i * out_ld + t] = alpha_i * dot + xmin_i.
 template <size_t NQ, int kBits>
-KVPACK_CBS_AVX2_ATTR void BlockRows(const uint8_t* rows, size_t n_rows, size_t d, const __m256i* qa,
-                                    const int8_t* q8, const float* alpha, const float* xmin,
+KVPACK_CBS_AVX2_ATTR inline void EightRowScores(const uint8_t* r, size_t row_bytes,
+                                                const __m256i* qa, const float* alpha,
+                                                const float* xmin, float* out, size_t out_ld) {
+  __m256i dots[NQ];
+  EightRowDots<NQ, kBits>(r, row_bytes, qa, row_bytes / kCodeChunkBytes, dots);
+  for (size_t i = 0; i < NQ; ++i) {
+    const __m256 a = _mm256_mul_ps(_mm256_set1_ps(alpha[i]), _mm256_cvtepi32_ps(dots[i]));
+    _mm256_storeu_ps(out + i * out_ld, _mm256_add_ps(a, _mm256_set1_ps(xmin[i])));
+  }
+}
+
+template <size_t NQ, int kBits>
+KVPACK_CBS_AVX2_ATTR void BlockRows(const uint8_t* rows, size_t n_rows, size_t d,
+                                    const __m256i* qa, const float* alpha, const float* xmin,
                                     float* scores, size_t ld) {
-  const size_t row_bytes = d * kBits / 8, n_chunks = row_bytes / kCodeChunkBytes;
+  const size_t row_bytes = d * kBits / 8;
   size_t t0 = 0;
   for (; t0 + 8 <= n_rows; t0 += 8) {
-    __m256i dots[NQ];
-    EightRowDots<NQ, kBits>(rows + t0 * row_bytes, row_bytes, qa, n_chunks, dots);
-    for (size_t i = 0; i < NQ; ++i) {
-      const __m256 a = _mm256_mul_ps(_mm256_set1_ps(alpha[i]), _mm256_cvtepi32_ps(dots[i]));
-      _mm256_storeu_ps(scores + i * ld + t0, _mm256_add_ps(a, _mm256_set1_ps(xmin[i])));
-    }
+    EightRowScores<NQ, kBits>(rows + t0 * row_bytes, row_bytes, qa, alpha, xmin, scores + t0, ld);
   }
-  for (; t0 < n_rows; ++t0) {  // the rows left over
-    const uint8_t* row = rows + t0 * row_bytes;
-    for (size_t i = 0; i < NQ; ++i) {
-      int32_t dot = 0;
-      for (size_t c = 0; c < d; ++c) dot += CodeAt(row, c, kBits) * q8[i * d + c];
-      const float a = alpha[i] * static_cast<float>(dot);
-      scores[i * ld + t0] = a + xmin[i];
-    }
-  }
+  if (t0 == n_rows) return;
+  const size_t rem = n_rows - t0;
+  alignas(32) uint8_t padded[8 * kMaxRowBytes] = {};
+  std::memcpy(padded, rows + t0 * row_bytes, rem * row_bytes);
+  float tail[NQ][8];
+  EightRowScores<NQ, kBits>(padded, row_bytes, qa, alpha, xmin, &tail[0][0], 8);
+  for (size_t i = 0; i < NQ; ++i) std::memcpy(scores + i * ld + t0, tail[i], rem * sizeof(float));
 }
 
 #pragma GCC diagnostic pop
@@ -96,8 +100,8 @@ void ScoreChannelBlockAvx2(const uint8_t* rows, size_t n_rows, size_t d, int bit
   ArrangeQueryBySlot(q8.data(), n_q, d, bits, qv);
   ForEachQueryChunk<kMaxQ>(n_q, [&](auto nq, size_t i0) {
     (bits == 2 ? BlockRows<nq, 2> : BlockRows<nq, 4>)(rows, n_rows, d, qv + i0 * n_vecs,
-                                                      q8.data() + i0 * d, alpha.data() + i0,
-                                                      xmin.data() + i0, scores + i0 * ld, ld);
+                                                      alpha.data() + i0, xmin.data() + i0,
+                                                      scores + i0 * ld, ld);
   });
 #else
   (void)rows, (void)n_rows, (void)d, (void)bits, (void)params, (void)q, (void)n_q, (void)scores,

@@ -4,7 +4,7 @@
 //
 // Design: per block, the query folded into the block's scales and quantized by the dispatched
 // ScaleQuantizeI8 (the same q8 and alpha as the twin's), arranged by code slot, then the exact
-// integer dots of ops/code_pairs_avx2.h eight rows at a time (the rows left over one at a time)
+// integer dots of ops/code_pairs_avx2.h eight rows at a time (the rows left over zero-padded to eight)
 // and the twin's float steps, alpha * dot + xmin. xmin = q . min is a float sum in another
 // order than the twin's, as on the general path.
 #ifndef KVPACK_OPS_CHANNEL_BLOCK_SCORES_AVX2_H_
