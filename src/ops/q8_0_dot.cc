@@ -2,16 +2,16 @@
 // with a function attribute, chosen at run time) and the twin.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/q8_0_dot.cc"
-#include "ops/q8_0_dot.h"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
 
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "core/half.h"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
 #include "ops/code_dot.h"
+#include "ops/q8_0_dot.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvpack {
@@ -42,8 +42,8 @@ float DotRowImpl(const uint8_t* row, const BlockQ8_0* x, size_t n) {
   return sumf;
 }
 
-void DotRowsImpl(const uint8_t* rows, size_t row_bytes, size_t n_rows, const BlockQ8_0* x, size_t n,
-                 float* y) {
+void DotRowsImpl(const uint8_t* rows, size_t row_bytes, size_t n_rows, const BlockQ8_0* x,
+                 size_t n, float* y) {
   for (size_t r = 0; r < n_rows; ++r) y[r] = DotRowImpl(rows + r * row_bytes, x, n);
 }
 
@@ -134,10 +134,10 @@ KVPACK_Q8_0_AVX2_ATTR inline float SumOfChains(__m256 even, __m256 odd) {
 
 // One block b of a row: its exact integer lane sums as floats, times d_w * d_x, into acc.
 KVPACK_Q8_0_VNNI_ATTR inline __m256 Block(const uint8_t* blk, const BlockQ8_0& xb,
-                                          const int32_t* offsets, float dx, __m256 acc) {
+                                         const int32_t* offsets, float dx, __m256 acc) {
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-  const __m256i w =
-      _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)), flip);
+  const __m256i w = _mm256_xor_si256(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)), flip);
   __m256i dot = DotQuads(_mm256_setzero_si256(), w,
                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs)));
   dot = _mm256_sub_epi32(dot, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(offsets)));
@@ -215,7 +215,8 @@ KVPACK_Q8_0_AVX2_ATTR void DotRowsAvx2(const uint8_t* rows, size_t row_bytes, si
 
 bool HasVnniQ8_0Dot() {
 #if KVPACK_HAVE_Q8_0_VNNI
-  static const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+  static const bool cpu = __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") &&
                           __builtin_cpu_supports("avx512vnni");
   // Tests that pin a lower Highway target take the Highway path.
@@ -258,8 +259,8 @@ void Q8_0Activations::Quantize(const float* x, size_t n_tok, size_t n) {
   }
 }
 
-void DotQ8_0Q8_0Rows(const uint8_t* rows, size_t row_bytes, size_t n_rows, const Q8_0Activations& x,
-                     size_t t, float* y) {
+void DotQ8_0Q8_0Rows(const uint8_t* rows, size_t row_bytes, size_t n_rows,
+                     const Q8_0Activations& x, size_t t, float* y) {
   if (n_rows == 0) return;
 #if KVPACK_HAVE_Q8_0_VNNI
   if (HasVnniQ8_0Dot()) {

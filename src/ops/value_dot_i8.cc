@@ -477,11 +477,11 @@ void AccumulateTwoBitRowsI8(const float* p, size_t ldp, size_t n_q, const uint16
                             float* out, float* msum) {
   if (n_rows == 0 || n_q == 0) return;
 #if KVPACK_HAVE_I8V_KERNEL
-  if (HasI8ValueKernel(d, n_groups) && !(CpuHasI8ValueKernel() && CodeKernelsUseAvx512())) {
-    AccumulateTwoBitRowsI8Avx2(p, ldp, n_q, params, n_groups, codes, d, n_rows, out, msum);
-    return;
-  }
   if (HasI8ValueKernel(d, n_groups)) {
+    if (!(CpuHasI8ValueKernel() && CodeKernelsUseAvx512())) {  // the AVX2 kernel
+      AccumulateTwoBitRowsI8Avx2(p, ldp, n_q, params, n_groups, codes, d, n_rows, out, msum);
+      return;
+    }
     switch (n_groups) {
       case 1: AccumulateAvx512<1>(p, ldp, n_q, params, codes, d, n_rows, out, msum); return;
       case 2: AccumulateAvx512<2>(p, ldp, n_q, params, codes, d, n_rows, out, msum); return;

@@ -117,7 +117,9 @@ TEST(ChannelBlockScores, MatchTheTwinOnEveryTarget) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);
-  if (fast_runs == 0) GTEST_SKIP() << "no AVX2 or AVX512-VNNI: only the general path was compared";
+  if (fast_runs == 0) {
+    GTEST_SKIP() << "no AVX2 or AVX512-VNNI: only the general path was compared";
+  }
 }
 
 // Attention calls a head's blocks a tile at a time and tells each call how many blocks follow
@@ -226,7 +228,9 @@ TEST(TokenRowScores, EqualTheTwinOnEveryTarget) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);
-  if (fast_runs == 0) GTEST_SKIP() << "no AVX2 or AVX512-VNNI: only the general path was compared";
+  if (fast_runs == 0) {
+    GTEST_SKIP() << "no AVX2 or AVX512-VNNI: only the general path was compared";
+  }
 }
 
 // 8-bit per-token rows (FlexGen's 8-bit keys) with the int16 query: the fast path (d = 64,
