@@ -2,8 +2,8 @@
 // blocks) for CPUs with AVX2 but without AVX512-VNNI (Zen 3, most laptops), chosen at run time
 // by ScoreChannelBlocksI8. Internal to ops/.
 //
-// Design: per block, the query folded into the block's scales and quantized by the dispatched
-// ScaleQuantizeI8 (the same q8 and alpha as the twin's), arranged by code slot, then the exact
+// Design: per block, the query folded into the block's scales and quantized in one pass (the
+// same q8 and alpha as the twin's ScaleQuantizeI8), arranged by code slot, then the exact
 // integer dots of ops/code_pairs_avx2.h eight rows at a time (the rows left over zero-padded to eight)
 // and the twin's float steps, alpha * dot + xmin. xmin = q . min is a float sum in another
 // order than the twin's, as on the general path.
@@ -16,7 +16,7 @@
 namespace kvpack {
 
 // Whether ScoreChannelBlockAvx2 applies: 2- or 4-bit codes, d a multiple of 64 up to 256, rows
-// without padding, an AVX2 CPU (and that target allowed for tests).
+// without padding, an AVX2 + F16C CPU (and that target allowed for tests).
 bool HasAvx2ChannelBlockScores(size_t row_bytes, size_t d, int bits);
 
 // One block of ScoreChannelBlocksI8's contract (ops/packed_scores.h): n_rows rows, params
