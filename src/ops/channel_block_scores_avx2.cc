@@ -10,6 +10,7 @@
 #include "ops/code_dot_i8.h"
 #include "ops/code_pairs_avx2.h"
 #include "ops/query_chunks.h"
+#include "ops/reduce_avx2.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -34,27 +35,12 @@ constexpr size_t kMaxRowBytes = 128;  // d = 256 at 4 bits
 constexpr size_t kMaxD = 256;
 
 // ScaleQuantizeBlockQueryI8 in one pass per query row, for d a multiple of 32 up to kMaxD:
-// xs = x * scale (the twin's products), amax = max |xs| (a NaN makes it NaN, as on the
-// general path's vector maximum), xmin = x . min (a float sum in another order), then
-// alpha = amax / 127 and q8 = round-to-nearest-even(xs * (127 / amax)) (|xs * inv| <= 127 plus
-// a rounding, so the saturating packs equal the twin's clamp), all zero when amax is not
-// positive. The general path (ScaleQuantizeI8) converts the parameters, scales and quantizes
+// xs = x * scale (the twin's products), amax = max |xs| (a NaN ignored, as the twin's std::max
+// does), xmin = x . min (a float sum in another order), then alpha = amax / 127 and q8 =
+// round-to-nearest-even(xs * (127 / amax)) (|xs * inv| <= 127 plus a rounding, so the
+// saturating packs equal the twin's clamp), all zero when amax is zero. The general path (ScaleQuantizeI8) converts the parameters, scales and quantizes
 // in three dispatched calls; per KIVI key block of 32 tokens those took as long as the block's
 // dots (a decode profile of KIVI-2 at 8192: 10.2% of samples against 13.3%).
-KVPACK_CBS_AVX2_ATTR float HorizontalMax(__m256 v) {
-  __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_max_ss(h, _mm_movehdup_ps(h));
-  return _mm_cvtss_f32(h);
-}
-
-KVPACK_CBS_AVX2_ATTR float HorizontalSum(__m256 v) {
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  return _mm_cvtss_f32(h);
-}
-
 KVPACK_CBS_AVX2_ATTR inline __m256 LoadHalves8(const uint16_t* h) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
 }
@@ -75,13 +61,13 @@ KVPACK_CBS_AVX2_ATTR void QuantizeBlockQuery(const float* x, size_t n_q, const u
       const __m256 v = _mm256_loadu_ps(xi + c);
       const __m256 vs = _mm256_mul_ps(v, _mm256_load_ps(scale + c));
       _mm256_store_ps(xs + c, vs);
-      vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, vs));
+      vmax = _mm256_max_ps(_mm256_andnot_ps(sign, vs), vmax);  // a NaN |xs| yields vmax
       vdot = _mm256_add_ps(vdot, _mm256_mul_ps(v, _mm256_load_ps(min + c)));
     }
     const float amax = HorizontalMax(vmax);
     xmin[i] = HorizontalSum(vdot);
     int8_t* qi = q8 + i * d;
-    if (!(amax > 0.0f)) {  // zero (or NaN)
+    if (!(amax > 0.0f)) {
       alpha[i] = 0.0f;
       std::memset(qi, 0, d);
       continue;

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "ops/fp16_pairs_avx2.h"
 #include "ops/prefetch.h"
 #include "ops/query_chunks.h"
 #include "ops/value_dot_i8.h"
+#include "ops/value_tile_weights_avx2.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -29,16 +29,10 @@ namespace {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 constexpr size_t kTile = kI8ValueTileRowsMax;  // rows per weight tile (64)
-constexpr size_t kMaxQ = 3;       // query rows per pass: 3 x 4 int16 accumulators in registers
-constexpr size_t kMaxGroups = 4;  // groups per row
-constexpr size_t kWindow = 64;    // channels per window: 16 bytes of a row
-constexpr float kI8Max = 127.0f;
-
-// A tile's (scale, min) pairs as floats, per group, rows in order (zeros past the tile's rows).
-struct TileParams {
-  alignas(32) float scale[kMaxGroups][kTile];
-  alignas(32) float min[kMaxGroups][kTile];
-};
+static_assert(kTile == kValueTileRows);
+constexpr size_t kMaxQ = 3;  // query rows per pass: 3 x 4 int16 accumulators in registers
+constexpr size_t kMaxGroups = kValueTileGroups;  // groups per row (4)
+constexpr size_t kWindow = 64;  // channels per window: 16 bytes of a row
 
 // Per query row and group: the tile's weights quantized (rows in order, zeros past the rows;
 // two rows' weights are the int16 that one vpmaddubsw lane pairs with two rows' codes) and
@@ -48,98 +42,6 @@ struct TileWeights {
   alignas(32) int8_t wq[NQ][kMaxGroups][kTile];
   float step[NQ][kMaxGroups];
 };
-
-KVPACK_I8V_AVX2_ATTR float HorizontalMax(__m256 v) {
-  __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_max_ss(h, _mm_movehdup_ps(h));
-  return _mm_cvtss_f32(h);
-}
-
-KVPACK_I8V_AVX2_ATTR float HorizontalSum(__m256 v) {
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  return _mm_cvtss_f32(h);
-}
-
-KVPACK_I8V_AVX2_ATTR void LoadTileParams(const uint16_t* params, size_t n_groups, size_t m,
-                                         TileParams& tp) {
-  size_t k0 = 0;
-  if (n_groups == 1) {  // eight rows' pairs at a time (one group, or two below)
-    for (; k0 + 8 <= m; k0 += 8) {
-      __m256 scale, min;
-      LoadScaleMinPairs8(params + 2 * k0, &scale, &min);
-      _mm256_store_ps(tp.scale[0] + k0, scale);
-      _mm256_store_ps(tp.min[0] + k0, min);
-    }
-  } else if (n_groups == 2) {
-    for (; k0 + 8 <= m; k0 += 8) {
-      __m256 scale[2], min[2];
-      LoadScaleMinPairs8TwoGroups(params + 4 * k0, scale, min);
-      for (int g = 0; g < 2; ++g) {
-        _mm256_store_ps(tp.scale[g] + k0, scale[g]);
-        _mm256_store_ps(tp.min[g] + k0, min[g]);
-      }
-    }
-  }
-  for (size_t g = 0; g < n_groups; ++g) {
-    for (size_t k = k0; k < m; ++k) {
-      const uint16_t* pair = params + (k * n_groups + g) * 2;
-      tp.scale[g][k] = _cvtsh_ss(pair[0]);
-      tp.min[g][k] = _cvtsh_ss(pair[1]);
-    }
-    std::fill(tp.scale[g] + m, tp.scale[g] + kTile, 0.0f);
-    std::fill(tp.min[g] + m, tp.min[g] + kTile, 0.0f);
-  }
-}
-
-// Query row p (the tile's first row at p[0]) and group g: w_k = p_k * scale_k (the twin's
-// float products), msum += sum_k p_k * min_k (in another order than the twin's), and w
-// quantized by QuantizeWeightsI8Ref's rule: amax = max |w_k| (a NaN ignored, as std::max
-// does), all zero with step 0 unless amax > 0, else round-to-nearest-even(w_k * (127 / amax))
-// (|w_k * inv| <= 127 plus a rounding, which cannot reach 127.5: the saturating packs equal the
-// twin's clamp) and step amax / 127.
-KVPACK_I8V_AVX2_ATTR void QuantizeRowWeights(const float* p, size_t m, const float* scale,
-                                             const float* min, int8_t* wq, float* step,
-                                             float* msum) {
-  alignas(32) float tail[kTile];
-  const float* pk = p;
-  if (m < kTile) {  // the last tile's probabilities, padded with zeros
-    std::copy(p, p + m, tail);
-    std::fill(tail + m, tail + kTile, 0.0f);
-    pk = tail;
-  }
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  __m256 w[kTile / 8];
-  __m256 amax = _mm256_setzero_ps(), msum_lanes = _mm256_setzero_ps();
-  for (size_t b = 0; b < kTile / 8; ++b) {
-    const __m256 pv = _mm256_loadu_ps(pk + 8 * b);
-    w[b] = _mm256_mul_ps(pv, _mm256_load_ps(scale + 8 * b));
-    msum_lanes = _mm256_fmadd_ps(pv, _mm256_load_ps(min + 8 * b), msum_lanes);
-    amax = _mm256_max_ps(_mm256_andnot_ps(sign, w[b]), amax);  // a NaN |w| yields amax
-  }
-  *msum += HorizontalSum(msum_lanes);
-  const float m_abs = HorizontalMax(amax);
-  if (!(m_abs > 0.0f)) {
-    std::memset(wq, 0, kTile);
-    *step = 0.0f;
-    return;
-  }
-  const __m256 inv = _mm256_set1_ps(kI8Max / m_abs);
-  __m256i q[kTile / 8];
-  for (size_t b = 0; b < kTile / 8; ++b) q[b] = _mm256_cvtps_epi32(_mm256_mul_ps(w[b], inv));
-  // Packs work in 128-bit lanes: after both, dword j of lane L holds rows 8 j + 4 L .. + 3 of
-  // the 32 rows packed; one dword permutation puts them in order.
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  for (size_t h = 0; h < 2; ++h) {
-    const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[4 * h], q[4 * h + 1]),
-                                             _mm256_packs_epi32(q[4 * h + 2], q[4 * h + 3]));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(wq + 32 * h),
-                       _mm256_permutevar8x32_epi32(bytes, order));
-  }
-  *step = m_abs / kI8Max;
-}
 
 // The int16 that pairs rows 2 j and 2 j + 1 of a weight row.
 inline int16_t PairAt(const int8_t* wq, size_t j) {
@@ -233,14 +135,14 @@ KVPACK_I8V_AVX2_ATTR void WindowPass(const TileWeights<NQ>& tw, size_t n_groups,
 }
 
 template <size_t NQ>
-KVPACK_I8V_AVX2_ATTR void TilePass(const float* p, size_t ldp, const TileParams& tp,
+KVPACK_I8V_AVX2_ATTR void TilePass(const float* p, size_t ldp, const ValueTileParams& tp,
                                    size_t n_groups, const uint8_t* codes, size_t d, size_t m,
                                    float* out, float* msum) {
   TileWeights<NQ> tw;
   for (size_t i = 0; i < NQ; ++i) {
     for (size_t g = 0; g < n_groups; ++g) {
-      QuantizeRowWeights(p + i * ldp, m, tp.scale[g], tp.min[g], tw.wq[i][g], &tw.step[i][g],
-                         &msum[i * n_groups + g]);
+      tw.step[i][g] = QuantizeTileRowWeights(p + i * ldp, m, tp.scale[g], tp.min[g], tw.wq[i][g],
+                                             &msum[i * n_groups + g]);
     }
   }
   const size_t group = d / n_groups, row_bytes = d / 4;
@@ -275,10 +177,10 @@ void AccumulateTwoBitRowsI8Avx2(const float* p, size_t ldp, size_t n_q, const ui
                                 float* out, float* msum) {
 #if KVPACK_HAVE_I8V_AVX2
   const size_t row_bytes = d / 4;
-  TileParams tp;
+  ValueTileParams tp;
   for (size_t k0 = 0; k0 < n_rows; k0 += kTile) {
     const size_t m = std::min(kTile, n_rows - k0);
-    LoadTileParams(params + k0 * n_groups * 2, n_groups, m, tp);
+    LoadValueTileParams(params + k0 * n_groups * 2, n_groups, 0, n_groups, m, tp);
     ForEachQueryChunk<kMaxQ>(n_q, [&](auto nq, size_t i0) {
       TilePass<nq>(p + i0 * ldp + k0, ldp, tp, n_groups, codes + k0 * row_bytes, d, m, out + i0 * d,
                    msum + i0 * n_groups);
