@@ -20,6 +20,7 @@
 
 #include "core/half.h"
 #include "ops/code_dot.h"
+#include "ops/code_dot_i16_avx2.h"
 #include "ops/code_unpack.h"
 #include "ops/prefetch.h"
 #include "ops/value_tile_avx512.h"
@@ -52,7 +53,7 @@ float QuantizeWeightsI16Scalar(const float* w, size_t m, int16_t* wq) {
 // code, in cache); 2, 4 or 8, packed LSB-first rows streaming from memory (8: one unsigned byte
 // per code, the rows of the 8-bit FlexGen, KIVI and KCVT values); kSignedBytes, q8_0's rows of
 // signed bytes.
-constexpr int kSignedBytes = -8;
+constexpr int kSignedBytes = kSignedByteCodes;
 constexpr int CodeBitsOf(int form) { return form == 0 || form == kSignedBytes ? 8 : form; }
 
 size_t GroupsOfWindow(size_t first, size_t d, size_t group) {
@@ -562,30 +563,42 @@ void Q4_0ScalePlanes(const uint16_t* scales, size_t n_rows, size_t ng, float* sc
   }
 }
 
+// Which integer kernel runs here: AVX512-VNNI + VBMI where the CPU has them and the AVX-512
+// target is allowed, else the AVX2 one (ops/code_dot_i16_avx2.h) where AVX2 is. Neither
+// runs CPUID on a call (hwy::SupportedTargets() would: a VM exit under a hypervisor).
+bool UseVnniKernel() {
+#if KVPACK_HAVE_VNNI_KERNEL
+  return CpuHasVnniKernel() && CodeKernelsUseAvx512();
+#else
+  return false;
+#endif
+}
+bool UseAvx2Kernel() {
+  return !UseVnniKernel() && CpuHasAvx2Int16ValueKernel() && CodeKernelsUseAvx2();
+}
+
 bool IntegerPathApplies(size_t d, size_t first, size_t group) {
   return HasInt16ValueKernel() && d % 16 == 0 && first % 16 == 0 && group % 16 == 0;
 }
 
 }  // namespace
 
-bool HasInt16ValueKernel() {
-#if KVPACK_HAVE_VNNI_KERNEL
-  // hwy::SupportedTargets() would run CPUID on every call (a VM exit under a hypervisor).
-  return CpuHasVnniKernel() && CodeKernelsUseAvx512();
-#else
-  return false;
-#endif
-}
+bool HasInt16ValueKernel() { return UseVnniKernel() || UseAvx2Kernel(); }
 
 void AxpyCodeRowsWeightedI16(const float* w, size_t n_q, size_t ld, const uint8_t* codes,
                              size_t n_rows, size_t row_stride, size_t d, size_t first,
                              size_t group, float* out) {
-#if KVPACK_HAVE_VNNI_KERNEL
   if (n_rows > 0 && IntegerPathApplies(d, first, group)) {
-    AxpyI16Avx512(w, n_q, ld, codes, 0, n_rows, row_stride, d, first, group, out);
+#if KVPACK_HAVE_VNNI_KERNEL
+    if (UseVnniKernel()) {
+      AxpyI16Avx512(w, n_q, ld, codes, 0, n_rows, row_stride, d, first, group, out);
+      return;
+    }
+#endif
+    AxpyWeightedI16Avx2(w, n_q, ld, codes, kUnsignedByteCodes, n_rows, row_stride, d, first,
+                        group, out);
     return;
   }
-#endif
   AxpyCodeRowsWeighted(w, n_q, ld, codes, n_rows, row_stride, d, first, group, out);
 }
 
@@ -600,13 +613,18 @@ void AccumulatePackedRowsI16(const float* p, size_t ldp, size_t n_q, const uint1
                              size_t n_rows, size_t row_bytes, int bits, size_t d, size_t first,
                              size_t group, float* out, float* msum) {
   if (n_rows == 0 || n_q == 0) return;
-#if KVPACK_HAVE_VNNI_KERNEL
   if (HasFusedPackedValueKernel(bits, d, first, group, n_groups, n_rows)) {
-    AccumulatePackedRowsAvx512(p, ldp, n_q, params, n_groups, g0, ng, rows, n_rows, row_bytes,
-                               bits, d, first, group, out, msum);
+#if KVPACK_HAVE_VNNI_KERNEL
+    if (UseVnniKernel()) {
+      AccumulatePackedRowsAvx512(p, ldp, n_q, params, n_groups, g0, ng, rows, n_rows, row_bytes,
+                                 bits, d, first, group, out, msum);
+      return;
+    }
+#endif
+    AccumulateTileI16Avx2(p, ldp, n_q, params, TileScales::kPairs, n_groups, g0, ng, rows, bits,
+                          n_rows, row_bytes, d, first, group, out, msum);
     return;
   }
-#endif
   AccumulatePackedRowsI16Ref(p, ldp, n_q, params, n_groups, g0, ng, rows, n_rows, row_bytes, bits,
                              d, first, group, out, msum);
 }
@@ -631,13 +649,18 @@ void AccumulateQ4_0RowsI16(const float* p, size_t ldp, size_t n_q, const uint16_
                            const uint8_t* codes, size_t n_rows, size_t d, float* out,
                            float* msum) {
   if (n_rows == 0 || n_q == 0) return;
-#if KVPACK_HAVE_VNNI_KERNEL
   if (HasFusedQ4_0ValueKernel(d, n_rows)) {
-    AccumulatePackedRowsAvx512<TileParams::kQ4_0Scales>(p, ldp, n_q, scales, 2, 0, 2, codes, n_rows, d / 2, 4, d, 0,
-                                     32, out, msum);
+#if KVPACK_HAVE_VNNI_KERNEL
+    if (UseVnniKernel()) {
+      AccumulatePackedRowsAvx512<TileParams::kQ4_0Scales>(p, ldp, n_q, scales, 2, 0, 2, codes,
+                                                          n_rows, d / 2, 4, d, 0, 32, out, msum);
+      return;
+    }
+#endif
+    AccumulateTileI16Avx2(p, ldp, n_q, scales, TileScales::kQ4_0, 2, 0, 2, codes, kNibbleCodes,
+                          n_rows, d / 2, d, 0, 32, out, msum);
     return;
   }
-#endif
   // The composition of the dispatched kernels (float weights where the integer path is absent).
   const size_t ng = d / 32;
   thread_local std::vector<float> scale, min, w;
@@ -668,14 +691,20 @@ bool HasFusedQ8_0ValueKernel(size_t d, size_t n_rows) {
 void AccumulateQ8_0RowsI16(const float* p, size_t ldp, size_t n_q, const uint16_t* scales,
                            const int8_t* codes, size_t n_rows, size_t d, float* out) {
   if (n_rows == 0 || n_q == 0) return;
-#if KVPACK_HAVE_VNNI_KERNEL
   if (HasFusedQ8_0ValueKernel(d, n_rows)) {
-    AccumulatePackedRowsAvx512<TileParams::kQ8_0Scales>(
-        p, ldp, n_q, scales, 2, 0, 2, reinterpret_cast<const uint8_t*>(codes), n_rows, d,
-        kSignedBytes, d, 0, 32, out, nullptr);
+    const auto* bytes = reinterpret_cast<const uint8_t*>(codes);
+#if KVPACK_HAVE_VNNI_KERNEL
+    if (UseVnniKernel()) {
+      AccumulatePackedRowsAvx512<TileParams::kQ8_0Scales>(p, ldp, n_q, scales, 2, 0, 2, bytes,
+                                                          n_rows, d, kSignedBytes, d, 0, 32, out,
+                                                          nullptr);
+      return;
+    }
+#endif
+    AccumulateTileI16Avx2(p, ldp, n_q, scales, TileScales::kQ8_0, 2, 0, 2, bytes,
+                          kSignedByteCodes, n_rows, d, d, 0, 32, out, nullptr);
     return;
   }
-#endif
   AccumulateQ8_0RowsI16Ref(p, ldp, n_q, scales, codes, n_rows, d, out);
 }
 
@@ -698,19 +727,26 @@ void AccumulateQ8_0RowsI16Ref(const float* p, size_t ldp, size_t n_q, const uint
 }
 
 bool HasPackedInt16ValueKernel(int bits, size_t d, size_t first, size_t group) {
-  return (bits == 2 || bits == 4 || bits == 8) && IntegerPathApplies(d, first, group);
+  // The AVX2 kernel reads 4- and 8-bit rows (2-bit windows are unpacked for its byte form).
+  const bool width = bits == 4 || bits == 8 || (bits == 2 && UseVnniKernel());
+  return width && IntegerPathApplies(d, first, group);
 }
 
 void AxpyPackedRowsWeightedI16(const float* w, size_t n_q, size_t ld, const uint8_t* rows,
                                size_t n_rows, size_t row_bytes, int bits, size_t d,
                                size_t first, size_t group, float* out) {
-#if KVPACK_HAVE_VNNI_KERNEL
   if (n_rows > 0 && HasPackedInt16ValueKernel(bits, d, first, group)) {
-    AxpyI16Avx512(w, n_q, ld, rows + first * bits / 8, bits, n_rows, row_bytes, d, first, group,
-                  out);
+#if KVPACK_HAVE_VNNI_KERNEL
+    if (UseVnniKernel()) {
+      AxpyI16Avx512(w, n_q, ld, rows + first * bits / 8, bits, n_rows, row_bytes, d, first,
+                    group, out);
+      return;
+    }
+#endif
+    AxpyWeightedI16Avx2(w, n_q, ld, rows + first * bits / 8, bits, n_rows, row_bytes, d, first,
+                        group, out);
     return;
   }
-#endif
   thread_local std::vector<uint8_t> codes;
   codes.resize(n_rows * d);
   UnpackCodeRows(rows, nullptr, n_rows, row_bytes, static_cast<int64_t>(first), d, bits,

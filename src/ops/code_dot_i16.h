@@ -15,8 +15,10 @@
 // codes (up to 255): with the weight on one row, per term at most 255 / 65534 of the largest
 // weight, 1/128 of that row's own bound; with the weight spread evenly over a tile of 64 rows,
 // a root-mean-square error ~200 times below the codes'.
-// Non-goals: CPUs without AVX512-VNNI and AVX512-VBMI, windows not aligned to 16 channels, or
-// groups not a multiple of 16: those run AxpyCodeRowsWeighted (float weights, no such error).
+// CPUs with AVX2 but without AVX512-VNNI + VBMI run the same integer sums with `vpmaddwd`
+// (ops/code_dot_i16_avx2.h; 16 products per multiply, 4- and 8-bit packed rows and bytes).
+// Non-goals: CPUs without either, windows not aligned to 16 channels, or groups not a multiple
+// of 16: those run AxpyCodeRowsWeighted (float weights, no such error).
 #ifndef KVPACK_OPS_CODE_DOT_I16_H_
 #define KVPACK_OPS_CODE_DOT_I16_H_
 
@@ -47,7 +49,8 @@ void AxpyCodeRowsWeightedI16Ref(const float* w, size_t n_q, size_t ld, const uin
 // unpacked tile is written: the pair of two rows' bytes is picked as before, then each code
 // of 2 or 4 bits is shifted down by its bit offset and masked (8-bit codes are the bytes
 // themselves; the packed form adds the prefetch of rows that stream from memory). Other
-// widths and shapes unpack the window and call AxpyCodeRowsWeightedI16.
+// widths and shapes (and 2-bit rows on the AVX2 kernel) unpack the window and call
+// AxpyCodeRowsWeightedI16.
 bool HasPackedInt16ValueKernel(int bits, size_t d, size_t first, size_t group);
 void AxpyPackedRowsWeightedI16(const float* w, size_t n_q, size_t ld, const uint8_t* rows,
                                size_t n_rows, size_t row_bytes, int bits, size_t d,
@@ -63,7 +66,7 @@ void AxpyPackedRowsWeightedI16Ref(const float* w, size_t n_q, size_t ld, const u
 //   msum[i * ng + g] += sum_k p[i * ldp + k] * min[k, g0 + g],
 //   out += AxpyPackedRowsWeightedI16(w, ...)   (the window's groups are g0 .. g0 + ng - 1).
 // params: [n_rows, n_groups, 2] fp16 (SplitGroupParams' layout); p: [n_q, ldp]; out: [n_q, d];
-// msum: [n_q, ng]. On the fused path (AVX512-VNNI + VBMI, n_groups 1, 2 or 4, at most
+// msum: [n_q, ng]. On the fused path (the integer kernel, n_groups 1, 2 or 4, at most
 // kPackedTileRowsMax rows) the float weights stay in registers; elsewhere it composes the
 // twins. The twin: SplitGroupParamsRef, GroupWeightsAndMinSumsRef and
 // AxpyPackedRowsWeightedI16Ref; out is bit-identical (the same weights and quantization),
@@ -86,7 +89,7 @@ void AccumulatePackedRowsI16Ref(const float* p, size_t ldp, size_t n_q, const ui
 //   w[i, g, k] = p[i * ldp + k] * s[k, g],
 //   msum[i * ng + g] += sum_k p[i * ldp + k] * (-8 s[k, g]),
 //   out += AxpyPackedRowsWeightedI16(w, ..., bits 4, group 32).
-// Fused path (AVX512-VNNI + VBMI, d = 64, at most kPackedTileRowsMax rows): the same register
+// Fused path (the integer kernel, d = 64, at most kPackedTileRowsMax rows): the same register
 // pass as AccumulatePackedRowsI16 with the scales read as one 32-bit word per row. Elsewhere
 // the dispatched kernels composed. The twin: GroupWeightsAndMinSumsRef and
 // AxpyPackedRowsWeightedI16Ref (out bit-identical to the fused path, msum in another order).
@@ -103,7 +106,7 @@ void AccumulateQ4_0RowsI16Ref(const float* p, size_t ldp, size_t n_q, const uint
 //   w[i, g, k] = p[i * ldp + k] * s[k, g],
 //   out += AxpyCodeRowsWeightedI16's sum with the signed codes (no min term).
 // The bound above holds with |code| <= 127 in place of code.
-// Fused path (AVX512-VNNI + VBMI, d = 64, at most kPackedTileRowsMax rows): the register pass
+// Fused path (the integer kernel, d = 64, at most kPackedTileRowsMax rows): the register pass
 // of AccumulatePackedRowsI16, each code byte sign-extended to 16 bits. Elsewhere the twin
 // itself (slow; the q8_0 codec takes its float path there instead). The twin: the same
 // float weights and quantizer, exact integer sums, one fused multiply-add per output

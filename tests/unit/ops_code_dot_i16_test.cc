@@ -17,6 +17,8 @@
 namespace kvpack {
 namespace {
 
+constexpr char kNoIntegerKernel[] = "no integer kernel here (AVX512-VNNI + VBMI, or AVX2)";
+
 struct Shape {
   size_t d, first, group;
 };
@@ -96,7 +98,7 @@ TEST(CodeDotI16, MatchesTheTwinAndStaysWithinTheBoundOnEveryTarget) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);
-  if (!saw_integer_path) GTEST_SKIP() << "no AVX512-VNNI + VBMI here: only the float path ran";
+  if (!saw_integer_path) GTEST_SKIP() << kNoIntegerKernel << ": only the float path ran";
 }
 
 // Codes read from packed rows: bit-identical to the twin (the scalar unpacking twin, then the
@@ -152,7 +154,7 @@ TEST(CodeDotI16, PackedRowsMatchTheTwinOnEveryTarget) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);
-  if (!saw_packed_path) GTEST_SKIP() << "no AVX512-VNNI + VBMI here: only the unpacking path ran";
+  if (!saw_packed_path) GTEST_SKIP() << kNoIntegerKernel << ": only the unpacking path ran";
 }
 
 // The fused tile (parameters, weights and their quantization in registers): out equal bit
@@ -216,13 +218,13 @@ TEST(CodeDotI16, FusedPackedTileMatchesTheTwinOnEveryTarget) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);
-  if (!saw_fused) GTEST_SKIP() << "no AVX512-VNNI + VBMI here: only the composed path ran";
+  if (!saw_fused) GTEST_SKIP() << kNoIntegerKernel << ": only the composed path ran";
 }
 
 TEST(CodeDotI16, TheBoundIsReached) {
   // Two-sided: the integer path really rounds the weights (a tile whose weights are not
   // multiples of the step gives a nonzero difference from the exact sum).
-  if (!HasInt16ValueKernel()) GTEST_SKIP() << "no AVX512-VNNI + VBMI here";
+  if (!HasInt16ValueKernel()) GTEST_SKIP() << kNoIntegerKernel;
   const size_t n_rows = 64, d = 64;
   std::vector<float> w(n_rows);
   for (size_t k = 0; k < n_rows; ++k) w[k] = 1.0f / static_cast<float>(k + 3);
@@ -310,7 +312,7 @@ TEST(CodeDotI16, Q4_0TileMatchesTheTwinOnEveryTarget) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);
-  if (!saw_fused) GTEST_SKIP() << "no AVX512-VNNI + VBMI here: only the composed path ran";
+  if (!saw_fused) GTEST_SKIP() << kNoIntegerKernel << ": only the composed path ran";
 }
 
 // q8_0 plane rows (signed codes, scale-only parameters, no min): where the fused kernel runs
@@ -364,7 +366,7 @@ TEST(CodeDotI16, Q8_0TileMatchesTheTwinAndTheExactSum) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);
-  if (!saw_fused) GTEST_SKIP() << "no AVX512-VNNI + VBMI here: only the twin ran";
+  if (!saw_fused) GTEST_SKIP() << kNoIntegerKernel << ": only the twin ran";
 }
 
 }  // namespace
