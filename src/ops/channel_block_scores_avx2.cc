@@ -98,7 +98,8 @@ KVPACK_CBS_AVX2_ATTR inline void EightRowScores(const uint8_t* r, size_t row_byt
                                                 const __m256i* qa, const float* alpha,
                                                 const float* xmin, float* out, size_t out_ld) {
   __m256i dots[NQ];
-  EightRowDots<NQ, kBits>(r, row_bytes, qa, row_bytes / kCodeChunkBytes, dots);
+  const size_t n_chunks = row_bytes / kCodeChunkBytes;
+  EightRowDots<NQ, kBits>(r, row_bytes, qa, n_chunks, n_chunks * (8 / kBits), dots);
   for (size_t i = 0; i < NQ; ++i) {
     const __m256 a = _mm256_mul_ps(_mm256_set1_ps(alpha[i]), _mm256_cvtepi32_ps(dots[i]));
     _mm256_storeu_ps(out + i * out_ld, _mm256_add_ps(a, _mm256_set1_ps(xmin[i])));

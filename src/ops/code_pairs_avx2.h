@@ -70,12 +70,14 @@ __attribute__((target("avx2"))) inline void ArrangeQueryBySlot(const int8_t* q8,
   }
 }
 
-// Rows r and r + 1 (row_bytes apart, n_chunks chunks each) against query rows [0, NQ) (qa as
-// ArrangeQueryBySlot's): lane l of acc[i] sums the products of row r's (l < 4) or row r + 1's
-// (l >= 4) bytes 4 (l % 4) .. + 3 of every chunk.
+// Rows r and r + 1 (row_bytes apart, n_chunks chunks each from r) against query rows [0, NQ)
+// (qa as ArrangeQueryBySlot's, from the same chunk, q_stride vectors from one query row to the
+// next): lane l of acc[i] sums the products of row r's (l < 4) or row r + 1's (l >= 4) bytes
+// 4 (l % 4) .. + 3 of every chunk.
 template <size_t NQ, int kBits>
 __attribute__((target("avx2"), always_inline)) inline void PairDots(
-    const uint8_t* r, size_t row_bytes, const __m256i* qa, size_t n_chunks, __m256i (&acc)[NQ]) {
+    const uint8_t* r, size_t row_bytes, const __m256i* qa, size_t n_chunks, size_t q_stride,
+    __m256i (&acc)[NQ]) {
   constexpr int k = 8 / kBits;
   const __m256i mask = _mm256_set1_epi8(static_cast<char>((1 << kBits) - 1));
   const __m256i ones = _mm256_set1_epi16(1);
@@ -90,7 +92,7 @@ __attribute__((target("avx2"), always_inline)) inline void PairDots(
     for (int s = 0; s < k; ++s) {
       const __m256i v = _mm256_and_si256(_mm256_srli_epi16(x, kBits * s), mask);
       for (size_t i = 0; i < NQ; ++i) {
-        m16[i] = _mm256_add_epi16(m16[i], _mm256_maddubs_epi16(v, qa[(i * n_chunks + c) * k + s]));
+        m16[i] = _mm256_add_epi16(m16[i], _mm256_maddubs_epi16(v, qa[i * q_stride + c * k + s]));
       }
     }
     for (size_t i = 0; i < NQ; ++i) {
@@ -99,16 +101,18 @@ __attribute__((target("avx2"), always_inline)) inline void PairDots(
   }
 }
 
-// The exact dots of rows r .. r + 7 with query rows [0, NQ): dots[i] lane t = row r + t.
+// The exact dots of rows r .. r + 7 with query rows [0, NQ) over n_chunks chunks (PairDots'
+// arguments): dots[i] lane t = row r + t.
 template <size_t NQ, int kBits>
 __attribute__((target("avx2"), always_inline)) inline void EightRowDots(
-    const uint8_t* r, size_t row_bytes, const __m256i* qa, size_t n_chunks, __m256i (&dots)[NQ]) {
+    const uint8_t* r, size_t row_bytes, const __m256i* qa, size_t n_chunks, size_t q_stride,
+    __m256i (&dots)[NQ]) {
   __m256i p0[NQ], p1[NQ], h01[NQ];
-  PairDots<NQ, kBits>(r, row_bytes, qa, n_chunks, p0);
-  PairDots<NQ, kBits>(r + 2 * row_bytes, row_bytes, qa, n_chunks, p1);
+  PairDots<NQ, kBits>(r, row_bytes, qa, n_chunks, q_stride, p0);
+  PairDots<NQ, kBits>(r + 2 * row_bytes, row_bytes, qa, n_chunks, q_stride, p1);
   for (size_t i = 0; i < NQ; ++i) h01[i] = _mm256_hadd_epi32(p0[i], p1[i]);
-  PairDots<NQ, kBits>(r + 4 * row_bytes, row_bytes, qa, n_chunks, p0);
-  PairDots<NQ, kBits>(r + 6 * row_bytes, row_bytes, qa, n_chunks, p1);
+  PairDots<NQ, kBits>(r + 4 * row_bytes, row_bytes, qa, n_chunks, q_stride, p0);
+  PairDots<NQ, kBits>(r + 6 * row_bytes, row_bytes, qa, n_chunks, q_stride, p1);
   // Two rounds of pairwise sums leave rows 0, 2, 4, 6 in the low half and 1, 3, 5, 7 in the
   // high one; one dword permutation puts them in order.
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);

@@ -945,7 +945,8 @@ void ScoreTokenRowsI8(const uint8_t* rows, size_t n_rows, size_t row_bytes, size
   }
 #endif
   if (HasAvx2TokenRowScores(row_bytes, d, bits, n_groups)) {
-    ScoreTokenRowsI8Avx2(rows, n_rows, d, bits, params, q8, alpha, qsum, n_q, scores, ld);
+    ScoreTokenRowsI8Avx2(rows, n_rows, d, bits, n_groups, params, q8, alpha, qsum, n_q, scores,
+                         ld);
     return;
   }
   if (n_groups == 1) {
@@ -1014,6 +1015,11 @@ void ScoreTokenRowsI16Ref(const uint8_t* rows, size_t n_rows, size_t d, size_t n
       q16, alpha, qsum, n_q, scores, ld);
 }
 
+bool HasSinglePassTokenRowScores(size_t row_bytes, size_t d, int bits, size_t n_groups) {
+  return HasFastTokenRowScores(row_bytes, d, bits, n_groups) ||
+         HasAvx2TokenRowScores(row_bytes, d, bits, n_groups);
+}
+
 bool HasFastQ4_0Scores(size_t d) { return d == 64 && HasFastTokenRowScores(32, 64, 4, 2); }
 
 void ScoreQ4_0RowsI8(const uint8_t* codes, const uint16_t* scales, size_t n_rows, size_t d,
@@ -1027,6 +1033,10 @@ void ScoreQ4_0RowsI8(const uint8_t* codes, const uint16_t* scales, size_t n_rows
     return;
   }
 #endif
+  if (HasAvx2Q4_0Scores(d)) {
+    ScoreQ4_0RowsI8Avx2(codes, scales, n_rows, d, q8, alpha, qsum, n_q, scores, ld);
+    return;
+  }
   const size_t ng = d / 32;
   ScoreGroupedRowsGeneral(codes, n_rows, d / 2, d, 4, ng, q8, alpha, qsum, n_q, scores, ld,
                           [&](size_t k0, size_t m, float* scale, float* min, size_t lds) {

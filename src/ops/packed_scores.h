@@ -72,8 +72,11 @@ void ScoreTokenRowsI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, s
                          int bits, size_t n_groups, const uint16_t* params, const int8_t* q8,
                          const float* alpha, const float* qsum, size_t n_q, float* scores,
                          size_t ld);
-// Whether ScoreTokenRowsI8 takes its single-pass kernel for this shape on this CPU.
+// Whether ScoreTokenRowsI8 takes its AVX512-VNNI kernel for this shape on this CPU.
 bool HasFastTokenRowScores(size_t row_bytes, size_t d, int bits, size_t n_groups);
+// Whether it reads the rows in one pass here: that kernel or the AVX2 one
+// (ops/token_row_scores_avx2.h); elsewhere it unpacks tiles.
+bool HasSinglePassTokenRowScores(size_t row_bytes, size_t d, int bits, size_t n_groups);
 
 // ScoreTokenRowsI8's contract for rows of 8-bit codes (one unsigned byte per channel, row_bytes
 // = d: FlexGen's 8-bit keys) and an int16 query (QuantizeI16: q16_i, alpha_i):
@@ -103,8 +106,8 @@ bool HasFastPackedScores(size_t row_bytes, size_t d, int bits);
 //   scores[i * ld + r] = acc.
 //   codes: [n_rows, d / 2]; scales: [n_rows, ng] fp16; q8: [n_q, d]; scores: [n_q, ld].
 // Fast path (AVX512-VNNI, d = 64): ScoreTokenRowsI8's two-group kernel with the scales read
-// as one 32-bit word per row. Elsewhere: unpack a tile, DotCodeRowsI8 and CombineCodeDots
-// (the same integers and floats).
+// as one 32-bit word per row; on AVX2 without it, ops/token_row_scores_avx2.h's. Elsewhere:
+// unpack a tile, DotCodeRowsI8 and CombineCodeDots (the same integers and floats).
 void ScoreQ4_0RowsI8(const uint8_t* codes, const uint16_t* scales, size_t n_rows, size_t d,
                      const int8_t* q8, const float* alpha, const float* qsum, size_t n_q,
                      float* scores, size_t ld);

@@ -32,29 +32,69 @@ namespace {
 
 constexpr size_t kMaxQ = 3;  // query rows per pass
 
-// Rows [0, n_full) in runs of eight: the integer dots, then ScoreGroupedRowsRef's float steps
-// for one group, acc = fma(alpha_i * scale_r, dot, 0), score = fma(min_r, qsum_i, acc).
-template <size_t NQ, int kBits>
+// Rows [0, n_full) in runs of eight: the integer dots of each group, then ScoreGroupedRowsRef's
+// float steps, per group g in order: acc = fma(alpha_i * scale_rg, dot_g, acc) (from 0), then
+// acc = fma(min_rg, qsum_ig, acc). NG = 1: one group over the row; NG = 2: one per 16-byte
+// chunk. kQ4_0: params are two fp16 scales per row, with min = -8 scale (exact in float).
+template <size_t NQ, int kBits, int NG, bool kQ4_0>
 KVPACK_TRS_AVX2_ATTR void ScoreRuns(const uint8_t* rows, size_t n_full, size_t row_bytes,
                                     const uint16_t* params, const __m256i* qa, size_t n_chunks,
                                     const float* alpha, const float* qsum, float* scores,
                                     size_t ld) {
+  static_assert(NG == 1 || NG == 2);
+  static_assert(!kQ4_0 || NG == 2);
+  constexpr size_t kSlots = 8 / kBits;
+  const size_t q_stride = n_chunks * kSlots, chunks_per_group = n_chunks / NG;
   for (size_t t0 = 0; t0 < n_full; t0 += 8) {
     const uint8_t* r = rows + t0 * row_bytes;
     for (size_t off = 0; off < 8 * row_bytes; off += 64) {
       PrefetchCodeLine(r + kPrefetchAheadBytes + off);
     }
-    PrefetchCodeLine(params + 2 * t0 + kPrefetchAheadBytes / 4);
-    __m256i dots[NQ];
-    EightRowDots<NQ, kBits>(r, row_bytes, qa, n_chunks, dots);
-    __m256 scale, min;
-    LoadScaleMinPairs8(params + 2 * t0, &scale, &min);
+    PrefetchCodeLine(params + 2 * NG * t0 + kPrefetchAheadBytes / 4);
+    __m256i dots[NG][NQ];
+    for (int g = 0; g < NG; ++g) {
+      const size_t c0 = g * chunks_per_group;
+      EightRowDots<NQ, kBits>(r + c0 * kCodeChunkBytes, row_bytes, qa + c0 * kSlots,
+                              chunks_per_group, q_stride, dots[g]);
+    }
+    __m256 scale[NG], min[NG];
+    if constexpr (kQ4_0) {
+      LoadScaleMinPairs8(params + 2 * t0, &scale[0], &scale[1]);  // the two scales of a row
+      for (int g = 0; g < NG; ++g) min[g] = _mm256_mul_ps(scale[g], _mm256_set1_ps(-8.0f));
+    } else if constexpr (NG == 1) {
+      LoadScaleMinPairs8(params + 2 * t0, &scale[0], &min[0]);
+    } else {
+      LoadScaleMinPairs8TwoGroups(params + 4 * t0, scale, min);
+    }
     for (size_t i = 0; i < NQ; ++i) {
-      const __m256 acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(alpha[i]), scale),
-                                         _mm256_cvtepi32_ps(dots[i]), _mm256_setzero_ps());
-      _mm256_storeu_ps(scores + i * ld + t0, _mm256_fmadd_ps(min, _mm256_set1_ps(qsum[i]), acc));
+      __m256 acc = _mm256_setzero_ps();
+      for (int g = 0; g < NG; ++g) {
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(alpha[i]), scale[g]),
+                              _mm256_cvtepi32_ps(dots[g][i]), acc);
+        acc = _mm256_fmadd_ps(min[g], _mm256_set1_ps(qsum[i * NG + g]), acc);
+      }
+      _mm256_storeu_ps(scores + i * ld + t0, acc);
     }
   }
+}
+
+// The runs of ScoreTokenRowsI8Avx2 and ScoreQ4_0RowsI8Avx2 (rows [0, n_full)).
+template <int NG, bool kQ4_0>
+KVPACK_TRS_AVX2_ATTR void ScoreAllRuns(const uint8_t* rows, size_t n_full, size_t d, int bits,
+                                       const uint16_t* params, const int8_t* q8,
+                                       const float* alpha, const float* qsum, size_t n_q,
+                                       float* scores, size_t ld) {
+  const size_t row_bytes = d * bits / 8, n_chunks = row_bytes / kCodeChunkBytes;
+  const size_t q_stride = n_chunks * (8 / bits);
+  thread_local std::vector<ArrangedQueryVec> qa;
+  qa.resize(n_q * q_stride);
+  __m256i* qv = reinterpret_cast<__m256i*>(qa.data());
+  ArrangeQueryBySlot(q8, n_q, d, bits, qv);
+  ForEachQueryChunk<kMaxQ>(n_q, [&](auto nq, size_t i0) {
+    (bits == 2 ? ScoreRuns<nq, 2, NG, kQ4_0> : ScoreRuns<nq, 4, NG, kQ4_0>)(
+        rows, n_full, row_bytes, params, qv + i0 * q_stride, n_chunks, alpha + i0,
+        qsum + i0 * NG, scores + i0 * ld, ld);
+  });
 }
 
 #pragma GCC diagnostic pop
@@ -66,40 +106,42 @@ bool HasAvx2TokenRowScores(size_t row_bytes, size_t d, int bits, size_t n_groups
 #if KVPACK_HAVE_TRS_AVX2
   static const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                           __builtin_cpu_supports("f16c");
+  const size_t n_chunks = d * static_cast<size_t>(bits) / 8 / kCodeChunkBytes;
   return (bits == 2 || bits == 4) && d % 64 == 0 && d <= 256 &&
-         row_bytes == d * static_cast<size_t>(bits) / 8 && n_groups == 1 && cpu &&
-         CodeKernelsUseAvx2();
+         row_bytes == d * static_cast<size_t>(bits) / 8 &&
+         (n_groups == 1 || (n_groups == 2 && n_chunks == 2)) && cpu && CodeKernelsUseAvx2();
 #else
   (void)row_bytes, (void)d, (void)bits, (void)n_groups;
   return false;
 #endif
 }
 
+bool HasAvx2Q4_0Scores(size_t d) { return d == 64 && HasAvx2TokenRowScores(32, 64, 4, 2); }
+
 void ScoreTokenRowsI8Avx2(const uint8_t* rows, size_t n_rows, size_t d, int bits,
-                          const uint16_t* params, const int8_t* q8, const float* alpha,
-                          const float* qsum, size_t n_q, float* scores, size_t ld) {
+                          size_t n_groups, const uint16_t* params, const int8_t* q8,
+                          const float* alpha, const float* qsum, size_t n_q, float* scores,
+                          size_t ld) {
   const size_t row_bytes = d * bits / 8;
   const size_t n_full = n_rows / 8 * 8;
 #if KVPACK_HAVE_TRS_AVX2
-  const size_t n_chunks = row_bytes / kCodeChunkBytes;
-  thread_local std::vector<ArrangedQueryVec> qa;
-  qa.resize(n_q * n_chunks * (8 / bits));
-  __m256i* qv = reinterpret_cast<__m256i*>(qa.data());
-  ArrangeQueryBySlot(q8, n_q, d, bits, qv);
-  ForEachQueryChunk<kMaxQ>(n_q, [&](auto nq, size_t i0) {
-    const __m256i* qai = qv + i0 * n_chunks * (8 / bits);
-    if (bits == 2) {
-      ScoreRuns<nq, 2>(rows, n_full, row_bytes, params, qai, n_chunks, alpha + i0, qsum + i0,
-                       scores + i0 * ld, ld);
-    } else {
-      ScoreRuns<nq, 4>(rows, n_full, row_bytes, params, qai, n_chunks, alpha + i0, qsum + i0,
-                       scores + i0 * ld, ld);
-    }
-  });
+  (n_groups == 1 ? ScoreAllRuns<1, false> : ScoreAllRuns<2, false>)(
+      rows, n_full, d, bits, params, q8, alpha, qsum, n_q, scores, ld);
 #endif
   // The last rows (fewer than eight) by the twin, which gives the same scores.
-  ScoreTokenRowsI8Ref(rows + n_full * row_bytes, n_rows - n_full, row_bytes, d, bits, 1,
-                      params + 2 * n_full, q8, alpha, qsum, n_q, scores + n_full, ld);
+  ScoreTokenRowsI8Ref(rows + n_full * row_bytes, n_rows - n_full, row_bytes, d, bits, n_groups,
+                      params + 2 * n_groups * n_full, q8, alpha, qsum, n_q, scores + n_full, ld);
+}
+
+void ScoreQ4_0RowsI8Avx2(const uint8_t* codes, const uint16_t* scales, size_t n_rows, size_t d,
+                         const int8_t* q8, const float* alpha, const float* qsum, size_t n_q,
+                         float* scores, size_t ld) {
+  const size_t n_full = n_rows / 8 * 8;
+#if KVPACK_HAVE_TRS_AVX2
+  ScoreAllRuns<2, true>(codes, n_full, d, 4, scales, q8, alpha, qsum, n_q, scores, ld);
+#endif
+  ScoreQ4_0RowsI8Ref(codes + n_full * d / 2, scales + 2 * n_full, n_rows - n_full, d, q8, alpha,
+                     qsum, n_q, scores + n_full, ld);
 }
 
 }  // namespace kvpack

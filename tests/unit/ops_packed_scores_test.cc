@@ -311,8 +311,8 @@ TEST(TokenRowScores, EightBitRowsWithTheInt16QueryEqualTheTwinAndKeepTheBound) {
   if (fast_runs == 0) GTEST_SKIP() << "no AVX512-VNNI: only the twin ran";
 }
 
-// q4_0 plane rows: 32-channel groups with scale s and min -8 s. The fast path (d = 64 with
-// AVX512-VNNI) equals the twin bit for bit (the same integers and the same float steps); the
+// q4_0 plane rows: 32-channel groups with scale s and min -8 s. The fast paths (d = 64 with
+// AVX512-VNNI or AVX2) equal the twin bit for bit (the same integers and the same float steps); the
 // general path (other head sizes and targets) too where the target has FMA, and within one
 // rounding of each multiply-add's terms elsewhere. Scales of both signs (ggml's d is the
 // block's max-by-magnitude / -8), row counts around the 16-row steps, passes of 1 to 4 queries.
@@ -324,7 +324,8 @@ TEST(Q4_0RowScores, EqualTheTwinOnEveryTarget) {
     std::normal_distribution<float> g(0.0f, 1.0f);
     for (size_t d : {32, 64, 96, 128}) {
       const size_t ng = d / 32;
-      fast_runs += HasFastQ4_0Scores(d);
+      const bool fast_path = HasFastQ4_0Scores(d) || HasAvx2Q4_0Scores(d);
+      fast_runs += fast_path;
       for (size_t n_rows : {1, 5, 16, 17, 40, 100}) {
         for (size_t n_q : {1, 2, 3, 4, 5, 9}) {
           std::vector<uint8_t> codes(n_rows * d / 2);
@@ -342,7 +343,7 @@ TEST(Q4_0RowScores, EqualTheTwinOnEveryTarget) {
                           qsum.data(), n_q, fast.data(), ld);
           ScoreQ4_0RowsI8Ref(codes.data(), scales.data(), n_rows, d, q8.data(), alpha.data(),
                              qsum.data(), n_q, ref.data(), ld);
-          if (HasFastQ4_0Scores(d)) {
+          if (fast_path) {
             ASSERT_EQ(fast, ref) << hwy::TargetName(target) << " d " << d << " rows " << n_rows
                                  << " n_q " << n_q;
           }
@@ -370,7 +371,9 @@ TEST(Q4_0RowScores, EqualTheTwinOnEveryTarget) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);
-  if (fast_runs == 0) GTEST_SKIP() << "no AVX512-VNNI: only the general path was compared";
+  if (fast_runs == 0) {
+    GTEST_SKIP() << "no AVX2 or AVX512-VNNI: only the general path was compared";
+  }
 }
 
 // q8_0 plane rows: signed codes in 32-channel groups with one scale each. The fast path

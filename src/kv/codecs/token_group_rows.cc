@@ -187,7 +187,7 @@ void TokenGroupRows::ScoresInteger(int64_t r0, const int64_t* rows, int64_t n_se
   // Consecutive whole rows with one group each, or with two where the single-pass kernel
   // takes them: one pass over the packed rows.
   if (rows == nullptr && c0 == 0 && n == row_len_ &&
-      (ng == 1 || (n % group_ == 0 && HasFastTokenRowScores(row_bytes_, n, bits_, ng)))) {
+      (ng == 1 || (n % group_ == 0 && HasSinglePassTokenRowScores(row_bytes_, n, bits_, ng)))) {
     ScoreTokenRowsI8(planes_[0].data() + r0 * row_bytes_, n_sel, row_bytes_, n, bits_, ng,
                      &params_[r0 * 2 * ng], t.q8.data(), t.alpha.data(), t.qm.data(), n_q,
                      scores + col0, ld);
