@@ -72,12 +72,19 @@ void ChannelBlocks::Decode(int64_t r0, int64_t r1, float* out) const {
   }
 }
 
-void ChannelBlocks::UnpackTile(int64_t a, int64_t e, uint8_t* out) const {
-  if (row_bytes_ * 8 == static_cast<int64_t>(d_) * bits_) {
-    UnpackCodesU8(&codes_[a * row_bytes_], 0, (e - a) * d_, bits_, out);  // one stream
-    return;
+const uint8_t* ChannelBlocks::TileCodes(int64_t a, int64_t e, uint8_t* scratch,
+                                        int64_t* stride) const {
+  *stride = d_;
+  if (bits_ == 8) {  // the bytes are the codes: read them in place
+    *stride = row_bytes_;
+    return &codes_[a * row_bytes_];
   }
-  UnpackCodeRows(&codes_[a * row_bytes_], nullptr, e - a, row_bytes_, 0, d_, bits_, out);
+  if (row_bytes_ * 8 == static_cast<int64_t>(d_) * bits_) {
+    UnpackCodesU8(&codes_[a * row_bytes_], 0, (e - a) * d_, bits_, scratch);  // one stream
+    return scratch;
+  }
+  UnpackCodeRows(&codes_[a * row_bytes_], nullptr, e - a, row_bytes_, 0, d_, bits_, scratch);
+  return scratch;
 }
 
 void ChannelBlocks::PrefetchRange(int64_t r0, int64_t r1) const {
@@ -123,8 +130,9 @@ void ChannelBlocks::Scores(int64_t r0, int64_t r1, const float* q, int n_q, floa
     for (int64_t a = bs; a < be; a += kTileRowsMax) {
       const int64_t e = std::min(be, a + kTileRowsMax), m = e - a;
       float* sc = scores + col0 + (a - r0);
-      UnpackTile(a, e, t.tile_codes.data());
-      DotCodeRows(t.tile_codes.data(), m, d_, d_, t.qs.data(), n_q, sc, ld);
+      int64_t stride;
+      const uint8_t* codes = TileCodes(a, e, t.tile_codes.data(), &stride);
+      DotCodeRows(codes, m, stride, d_, t.qs.data(), n_q, sc, ld);
       for (int i = 0; i < n_q; ++i) {
         for (int64_t k = 0; k < m; ++k) sc[i * ld + k] += t.qm[i];
       }
@@ -147,11 +155,11 @@ void ChannelBlocks::Accumulate(int64_t r0, int64_t r1, const float* p, int n_q, 
     std::fill(t.psum.begin(), t.psum.end(), 0.0f);
     for (int64_t a = bs; a < be; a += kTileRowsMax) {
       const int64_t e = std::min(be, a + kTileRowsMax);
-      UnpackTile(a, e, t.tile_codes.data());
+      int64_t stride;
+      const uint8_t* codes = TileCodes(a, e, t.tile_codes.data(), &stride);
       const float* pa = p + col0 + (a - r0);
       // One weight group spanning the row: the probabilities themselves.
-      AxpyCodeRowsWeightedI16(pa, n_q, ld, t.tile_codes.data(), e - a, d_, d_, 0, d_,
-                              t.acc.data());
+      AxpyCodeRowsWeightedI16(pa, n_q, ld, codes, e - a, stride, d_, 0, d_, t.acc.data());
       for (int i = 0; i < n_q; ++i) {
         for (int64_t k = 0; k < e - a; ++k) t.psum[i] += pa[i * ld + k];
       }

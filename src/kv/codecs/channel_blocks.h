@@ -51,8 +51,9 @@ class ChannelBlocks {
   void FindUniformRows();
   // Block b's scales and mins as floats, into t.scale and t.min ([d] each).
   void BlockParams(int64_t b, CodeTileScratch& t) const;
-  // Codes of rows [a, e), one byte per code.  out: [e - a, d]
-  void UnpackTile(int64_t a, int64_t e, uint8_t* out) const;
+  // Codes of rows [a, e), one byte per code, *stride bytes from one row to the next: 8-bit
+  // rows in place, narrower ones unpacked into scratch ([e - a, d], stride d).
+  const uint8_t* TileCodes(int64_t a, int64_t e, uint8_t* scratch, int64_t* stride) const;
 
   int d_, bits_;
   QuantMethod method_;

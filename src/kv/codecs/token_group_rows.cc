@@ -158,7 +158,15 @@ void TokenGroupRows::Scores(int64_t r0, const int64_t* rows, int64_t n_sel, int 
   for (int i = 0; i < n_q; ++i) t.qm[i] = DotF32(q + i * n, t.ones.data(), n);
   for (int64_t k0 = 0; k0 < n_sel; k0 += kTileRowsMax) {
     const int64_t k1 = std::min(n_sel, k0 + kTileRowsMax);
-    UnpackSelected(r0, rows, k0, k1, c0, n, t.tile_codes.data());
+    const uint8_t* codes = t.tile_codes.data();
+    int64_t stride = n;
+    if (bits_ == 8 && rows == nullptr) {  // the bytes are the codes: read them in place
+      const Window w = WindowOf(c0, n);
+      codes = w.codes + (r0 + k0) * w.row_bytes + w.c0;
+      stride = w.row_bytes;
+    } else {
+      UnpackSelected(r0, rows, k0, k1, c0, n, t.tile_codes.data());
+    }
     for (int64_t k = k0; k < k1; ++k) {
       const int64_t r = rows ? rows[k] : r0 + k;
       const GroupParams gp = Params(r, g);
@@ -166,7 +174,7 @@ void TokenGroupRows::Scores(int64_t r0, const int64_t* rows, int64_t n_sel, int 
       t.min[k - k0] = Fp16ToFp32(gp.min);
     }
     float* sc = scores + col0 + k0;
-    DotCodeRows(t.tile_codes.data(), k1 - k0, n, n, q, n_q, sc, ld);
+    DotCodeRows(codes, k1 - k0, stride, n, q, n_q, sc, ld);
     for (int i = 0; i < n_q; ++i) {
       for (int64_t k = 0; k < k1 - k0; ++k) {
         sc[i * ld + k] = t.row_scale[k] * sc[i * ld + k] + t.min[k] * t.qm[i];
