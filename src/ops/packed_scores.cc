@@ -1062,7 +1062,8 @@ void ScoreQ4_0RowsI8Ref(const uint8_t* codes, const uint16_t* scales, size_t n_r
       q8, alpha, qsum, n_q, scores, ld);
 }
 
-bool HasFastQ8_0Scores(size_t d) {
+namespace {
+bool HasVnniQ8_0Scores(size_t d) {
 #if KVPACK_HAVE_BLOCK_KERNEL
   return d == 64 && CpuHasBlockKernel() && CodeKernelsUseAvx512();
 #else
@@ -1070,13 +1071,16 @@ bool HasFastQ8_0Scores(size_t d) {
   return false;
 #endif
 }
+}  // namespace
+
+bool HasFastQ8_0Scores(size_t d) { return HasVnniQ8_0Scores(d) || HasAvx2Q8_0Scores(d); }
 
 void ScoreQ8_0RowsI8(const int8_t* codes, const uint16_t* scales, size_t n_rows, size_t d,
                      const int8_t* q8, const float* alpha, size_t n_q, float* scores,
                      size_t ld) {
   if (n_rows == 0 || n_q == 0) return;
 #if KVPACK_HAVE_BLOCK_KERNEL
-  if (HasFastQ8_0Scores(d)) {
+  if (HasVnniQ8_0Scores(d)) {
     // Per query row and group, 128 x the sum of q8: what reading the codes as code + 128 adds.
     thread_local std::vector<float> offsets;
     offsets.resize(2 * n_q);
@@ -1091,6 +1095,10 @@ void ScoreQ8_0RowsI8(const int8_t* codes, const uint16_t* scales, size_t n_rows,
     return;
   }
 #endif
+  if (HasAvx2Q8_0Scores(d)) {
+    ScoreQ8_0RowsI8Avx2(codes, scales, n_rows, d, q8, alpha, n_q, scores, ld);
+    return;
+  }
   ScoreQ8_0RowsI8Ref(codes, scales, n_rows, d, q8, alpha, n_q, scores, ld);
 }
 

@@ -127,7 +127,9 @@ bool HasFastQ4_0Scores(size_t d);
 // Fast path (AVX512-VNNI, d = 64): ScoreTokenRowsI8's two-group kernel with one code per byte,
 // read as code + 128 (vpdpbusd multiplies unsigned by signed bytes) and 128 x the group's sum
 // of q8 taken off each integer dot, so the result is exact and equals the twin bit for bit.
-// Elsewhere the twin itself (slow; the q8_0 codec takes its float path there instead).
+// On AVX2 without it: ops/token_row_scores_avx2.h's (|code| times the query byte with code's
+// sign, exact too). Elsewhere the twin itself (slow; the q8_0 codec takes its float path there
+// instead).
 void ScoreQ8_0RowsI8(const int8_t* codes, const uint16_t* scales, size_t n_rows, size_t d,
                      const int8_t* q8, const float* alpha, size_t n_q, float* scores,
                      size_t ld);

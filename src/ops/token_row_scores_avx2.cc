@@ -97,6 +97,57 @@ KVPACK_TRS_AVX2_ATTR void ScoreAllRuns(const uint8_t* rows, size_t n_full, size_
   });
 }
 
+// q8_0 rows (64 signed codes, two groups of 32 with one fp16 scale each), eight at a time: per
+// row, group and query row, |code| (unsigned) times the query byte carrying code's sign in one
+// vpmaddubsw (pairs of at most 2 x 128 x 127, which int16 holds) and one vpmaddwd, the exact
+// int32 dot spread over eight lanes; eight rows' lanes summed by a tree of horizontal adds.
+// Then the twin's float steps: acc = (alpha_i * s_r0) * dot_0, acc = fma(alpha_i * s_r1, dot_1,
+// acc).
+template <size_t NQ>
+KVPACK_TRS_AVX2_ATTR void ScoreQ8_0Runs(const int8_t* codes, size_t n_full,
+                                        const uint16_t* scales, const int8_t* q8,
+                                        const float* alpha, float* scores, size_t ld) {
+  constexpr size_t kD = 64, kGroup = 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i qv[NQ][2];
+  for (size_t i = 0; i < NQ; ++i) {
+    for (size_t g = 0; g < 2; ++g) {
+      qv[i][g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + i * kD + kGroup * g));
+    }
+  }
+  const auto lane_sums = [&](const int8_t* row, size_t g, size_t i) KVPACK_TRS_AVX2_ATTR {
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + kGroup * g));
+    return _mm256_madd_epi16(
+        _mm256_maddubs_epi16(_mm256_abs_epi8(c), _mm256_sign_epi8(qv[i][g], c)), ones);
+  };
+  for (size_t t0 = 0; t0 < n_full; t0 += 8) {
+    const int8_t* r = codes + t0 * kD;
+    for (size_t off = 0; off < 8 * kD; off += 64) PrefetchCodeLine(r + kPrefetchAheadBytes + off);
+    __m256 scale[2];
+    LoadScaleMinPairs8(scales + 2 * t0, &scale[0], &scale[1]);  // the two scales of a row
+    for (size_t i = 0; i < NQ; ++i) {
+      __m256 acc = _mm256_setzero_ps();
+      for (size_t g = 0; g < 2; ++g) {
+        // Rows 0-3 and 4-7: two rounds of pairwise sums leave row j's half-sums in dword j of
+        // each 128-bit lane; the lanes added give the dots in row order.
+        __m256i h[2];
+        for (size_t b = 0; b < 2; ++b) {
+          const int8_t* rb = r + 4 * b * kD;
+          h[b] = _mm256_hadd_epi32(
+              _mm256_hadd_epi32(lane_sums(rb, g, i), lane_sums(rb + kD, g, i)),
+              _mm256_hadd_epi32(lane_sums(rb + 2 * kD, g, i), lane_sums(rb + 3 * kD, g, i)));
+        }
+        const __m256i dots = _mm256_add_epi32(_mm256_permute2x128_si256(h[0], h[1], 0x20),
+                                              _mm256_permute2x128_si256(h[0], h[1], 0x31));
+        const __m256 a = _mm256_mul_ps(_mm256_set1_ps(alpha[i]), scale[g]);
+        acc = g == 0 ? _mm256_mul_ps(a, _mm256_cvtepi32_ps(dots))
+                     : _mm256_fmadd_ps(a, _mm256_cvtepi32_ps(dots), acc);
+      }
+      _mm256_storeu_ps(scores + i * ld + t0, acc);
+    }
+  }
+}
+
 #pragma GCC diagnostic pop
 #endif  // KVPACK_HAVE_TRS_AVX2
 
@@ -142,6 +193,30 @@ void ScoreQ4_0RowsI8Avx2(const uint8_t* codes, const uint16_t* scales, size_t n_
 #endif
   ScoreQ4_0RowsI8Ref(codes + n_full * d / 2, scales + 2 * n_full, n_rows - n_full, d, q8, alpha,
                      qsum, n_q, scores + n_full, ld);
+}
+
+bool HasAvx2Q8_0Scores(size_t d) {
+#if KVPACK_HAVE_TRS_AVX2
+  static const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
+  return d == 64 && cpu && CodeKernelsUseAvx2();
+#else
+  (void)d;
+  return false;
+#endif
+}
+
+void ScoreQ8_0RowsI8Avx2(const int8_t* codes, const uint16_t* scales, size_t n_rows, size_t d,
+                         const int8_t* q8, const float* alpha, size_t n_q, float* scores,
+                         size_t ld) {
+  const size_t n_full = n_rows / 8 * 8;
+#if KVPACK_HAVE_TRS_AVX2
+  ForEachQueryChunk<kMaxQ>(n_q, [&](auto nq, size_t i0) {
+    ScoreQ8_0Runs<nq>(codes, n_full, scales, q8 + i0 * d, alpha + i0, scores + i0 * ld, ld);
+  });
+#endif
+  ScoreQ8_0RowsI8Ref(codes + n_full * d, scales + 2 * n_full, n_rows - n_full, d, q8, alpha, n_q,
+                     scores + n_full, ld);
 }
 
 }  // namespace kvpack
