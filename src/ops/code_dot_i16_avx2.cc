@@ -59,8 +59,9 @@ KVPACK_I16V_AVX2_ATTR float QuantizeWeights(const float* w, size_t m, int16_t* w
   for (k = 0; k + 16 <= m; k += 16) {
     const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(w + k), vinv));
     const __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(w + k + 8), vinv));
+    const __m256i words = _mm256_packs_epi32(a, b);  // rows 0-3, 8-11 | 4-7, 12-15
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(wq + k),
-                        _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), _MM_SHUFFLE(3, 1, 2, 0)));
+                        _mm256_permute4x64_epi64(words, _MM_SHUFFLE(3, 1, 2, 0)));
   }
   for (; k < m; ++k) {
     wq[k] = static_cast<int16_t>(std::clamp(std::nearbyint(w[k] * inv), -kI16Max, kI16Max));
