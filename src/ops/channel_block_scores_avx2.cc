@@ -9,6 +9,7 @@
 #include "ops/code_dot.h"
 #include "ops/code_dot_i8.h"
 #include "ops/code_pairs_avx2.h"
+#include "ops/cpu_features.h"
 #include "ops/query_chunks.h"
 #include "ops/reduce_avx2.h"
 
@@ -132,7 +133,7 @@ KVPACK_CBS_AVX2_ATTR void BlockRows(const uint8_t* rows, size_t n_rows, size_t d
 
 bool HasAvx2ChannelBlockScores(size_t row_bytes, size_t d, int bits) {
 #if KVPACK_HAVE_CBS_AVX2
-  static const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  const bool cpu = CpuHasAvx2FmaF16c();
   return (bits == 2 || bits == 4) && d % 64 == 0 && d <= 256 &&
          row_bytes == d * static_cast<size_t>(bits) / 8 && cpu && CodeKernelsUseAvx2();
 #else

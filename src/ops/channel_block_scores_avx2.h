@@ -16,7 +16,7 @@
 namespace kvpack {
 
 // Whether ScoreChannelBlockAvx2 applies: 2- or 4-bit codes, d a multiple of 64 up to 256, rows
-// without padding, an AVX2 + F16C CPU (and that target allowed for tests).
+// without padding, an AVX2 CPU with FMA and F16C (and that target allowed for tests).
 bool HasAvx2ChannelBlockScores(size_t row_bytes, size_t d, int bits);
 
 // One block of ScoreChannelBlocksI8's contract (ops/packed_scores.h): n_rows rows, params

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ops/cpu_features.h"
 #include "ops/prefetch.h"
 #include "ops/query_chunks.h"
 #include "ops/reduce_avx2.h"
@@ -195,15 +196,7 @@ KVPACK_I16V_AVX2_ATTR void AxpyQuantizedForm(const int16_t* wq, size_t ldq, cons
 
 }  // namespace
 
-bool CpuHasAvx2Int16ValueKernel() {
-#if KVPACK_HAVE_I16V_AVX2
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
-  return ok;
-#else
-  return false;
-#endif
-}
+bool CpuHasAvx2Int16ValueKernel() { return KVPACK_HAVE_I16V_AVX2 && CpuHasAvx2FmaF16c(); }
 
 void AxpyWeightedI16Avx2(const float* w, size_t n_q, size_t ld, const uint8_t* codes, int form,
                          size_t n_rows, size_t row_stride, size_t d, size_t first, size_t group,

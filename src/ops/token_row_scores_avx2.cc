@@ -7,6 +7,7 @@
 
 #include "ops/code_dot.h"
 #include "ops/code_pairs_avx2.h"
+#include "ops/cpu_features.h"
 #include "ops/fp16_pairs_avx2.h"
 #include "ops/packed_scores.h"
 #include "ops/prefetch.h"
@@ -155,8 +156,7 @@ KVPACK_TRS_AVX2_ATTR void ScoreQ8_0Runs(const int8_t* codes, size_t n_full,
 
 bool HasAvx2TokenRowScores(size_t row_bytes, size_t d, int bits, size_t n_groups) {
 #if KVPACK_HAVE_TRS_AVX2
-  static const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
+  const bool cpu = CpuHasAvx2FmaF16c();
   const size_t n_chunks = d * static_cast<size_t>(bits) / 8 / kCodeChunkBytes;
   return (bits == 2 || bits == 4) && d % 64 == 0 && d <= 256 &&
          row_bytes == d * static_cast<size_t>(bits) / 8 &&
@@ -197,9 +197,7 @@ void ScoreQ4_0RowsI8Avx2(const uint8_t* codes, const uint16_t* scales, size_t n_
 
 bool HasAvx2Q8_0Scores(size_t d) {
 #if KVPACK_HAVE_TRS_AVX2
-  static const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
-  return d == 64 && cpu && CodeKernelsUseAvx2();
+  return d == 64 && CpuHasAvx2FmaF16c() && CodeKernelsUseAvx2();
 #else
   (void)d;
   return false;

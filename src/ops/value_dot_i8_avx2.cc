@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ops/cpu_features.h"
 #include "ops/prefetch.h"
 #include "ops/query_chunks.h"
 #include "ops/value_dot_i8.h"
@@ -162,15 +163,7 @@ KVPACK_I8V_AVX2_ATTR void TilePass(const float* p, size_t ldp, const ValueTilePa
 
 }  // namespace
 
-bool CpuHasAvx2I8ValueKernel() {
-#if KVPACK_HAVE_I8V_AVX2
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
-  return ok;
-#else
-  return false;
-#endif
-}
+bool CpuHasAvx2I8ValueKernel() { return KVPACK_HAVE_I8V_AVX2 && CpuHasAvx2FmaF16c(); }
 
 void AccumulateTwoBitRowsI8Avx2(const float* p, size_t ldp, size_t n_q, const uint16_t* params,
                                 size_t n_groups, const uint8_t* codes, size_t d, size_t n_rows,
