@@ -9,7 +9,7 @@
 // results compare with llama.cpp's `-ctk q8_0` at equal bits. Why planes: as for q4_0, rows
 // then load as vectors, and the integer kernels read them directly (ops/packed_scores.h:
 // ScoreQ8_0RowsI8, ops/code_dot_i16.h: AccumulateQ8_0RowsI16).
-// Attention: where those kernels run (AVX512-VNNI, head_dim 64) the query is quantized to
+// Attention: where those kernels run (AVX512-VNNI or AVX2, head_dim 64) the query is quantized to
 // int8 like the other integer key paths (llama.cpp's CPU backend likewise quantizes the query
 // to q8_0 blocks to dot it with a q8_0 key cache) and the value weights to int16; elsewhere
 // tiles are dequantized to floats for the float kernels. head_dim must be a multiple of 32.
