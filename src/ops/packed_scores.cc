@@ -973,7 +973,8 @@ void ScoreTokenRowsI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, s
 }
 
 bool HasFastTokenRowScoresI16(size_t d, size_t n_groups) {
-  return HasFastPackedScores(d, d, 8) && (n_groups == 1 || n_groups == 2);
+  return (HasFastPackedScores(d, d, 8) && (n_groups == 1 || n_groups == 2)) ||
+         HasAvx2TokenRowScoresI16(d, n_groups);
 }
 
 namespace {
@@ -993,7 +994,7 @@ void ScoreTokenRowsI16(const uint8_t* rows, size_t n_rows, size_t d, size_t n_gr
                        const float* qsum, size_t n_q, float* scores, size_t ld) {
   if (n_rows == 0 || n_q == 0) return;
 #if KVPACK_HAVE_BLOCK_KERNEL
-  if (HasFastTokenRowScoresI16(d, n_groups)) {
+  if (HasFastPackedScores(d, d, 8) && (n_groups == 1 || n_groups == 2)) {
     thread_local std::vector<int16_t> qp;
     qp.resize(n_q * d);
     ArrangeQueryI16(q16, n_q * d, qp.data());
@@ -1003,6 +1004,10 @@ void ScoreTokenRowsI16(const uint8_t* rows, size_t n_rows, size_t d, size_t n_gr
     return;
   }
 #endif
+  if (HasAvx2TokenRowScoresI16(d, n_groups)) {
+    ScoreTokenRowsI16Avx2(rows, n_rows, d, n_groups, params, q16, alpha, qsum, n_q, scores, ld);
+    return;
+  }
   ScoreTokenRowsI16Ref(rows, n_rows, d, n_groups, params, q16, alpha, qsum, n_q, scores, ld);
 }
 

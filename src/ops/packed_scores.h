@@ -83,7 +83,8 @@ bool HasSinglePassTokenRowScores(size_t row_bytes, size_t d, int bits, size_t n_
 //   acc = 0; for g: acc = fma(alpha_i * scale_rg, q16_i . code_rg, acc);
 //                   acc = fma(min_rg, qsum_ig, acc);
 //   scores[i * ld + r] = acc   (with one group: fma(min_r, qsum_i, (alpha_i * scale_r) * dot)).
-// Fast path (AVX512-VNNI, d = 64, one or two groups): ScoreTokenRowsI8's with ColumnDotsI16.
+// Fast path (AVX512-VNNI, d = 64, one or two groups): ScoreTokenRowsI8's with ColumnDotsI16;
+// on AVX2 without it, ops/token_row_scores_avx2.h's (codes widened to int16, vpmaddwd, exact).
 // Elsewhere the twin itself (slow: the codecs check HasFastTokenRowScoresI16 and take their
 // float path instead). The twin: exact dots, the same float steps (bit-identical).
 void ScoreTokenRowsI16(const uint8_t* rows, size_t n_rows, size_t d, size_t n_groups,

@@ -149,6 +149,69 @@ KVPACK_TRS_AVX2_ATTR void ScoreQ8_0Runs(const int8_t* codes, size_t n_full,
   }
 }
 
+// 8-bit rows of 64 channels (one unsigned byte per code) against an int16 query, eight rows at
+// a time: per row and 16-channel chunk the codes widened to int16 (vpmovzxbw) and one
+// vpmaddwd per query row (exact int32 pairs, at most 2 x 255 x 32767), the chunks of a group
+// added; eight rows' lanes summed by a tree of horizontal adds. Then ScoreGroupedRowsRef's
+// float steps per group, as ScoreRuns.
+template <size_t NQ, int NG>
+KVPACK_TRS_AVX2_ATTR void ScoreI16Runs(const uint8_t* rows, size_t n_full, const uint16_t* params,
+                                       const int16_t* q16, const float* alpha, const float* qsum,
+                                       float* scores, size_t ld) {
+  constexpr size_t kD = 64, kChunk = 16, kChunksPerGroup = kD / kChunk / NG;
+  const auto query = [&](size_t i, size_t chunk) KVPACK_TRS_AVX2_ATTR {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q16 + i * kD + kChunk * chunk));
+  };
+  for (size_t t0 = 0; t0 < n_full; t0 += 8) {
+    const uint8_t* r = rows + t0 * kD;
+    for (size_t off = 0; off < 8 * kD; off += 64) PrefetchCodeLine(r + kPrefetchAheadBytes + off);
+    PrefetchCodeLine(params + 2 * NG * t0 + kPrefetchAheadBytes / 4);
+    __m256i dots[NG][NQ];
+    for (int g = 0; g < NG; ++g) {
+      __m256i half[2][NQ];  // rows 0-3 and 4-7: row j's sums of each 128-bit lane in dword j
+      for (size_t b = 0; b < 2; ++b) {
+        __m256i pair[2][NQ];
+        for (size_t p = 0; p < 2; ++p) {
+          __m256i v[2][NQ];
+          for (size_t rr = 0; rr < 2; ++rr) {
+            const uint8_t* row = r + (4 * b + 2 * p + rr) * kD;
+            for (size_t i = 0; i < NQ; ++i) v[rr][i] = _mm256_setzero_si256();
+            for (size_t j = 0; j < kChunksPerGroup; ++j) {
+              const size_t chunk = g * kChunksPerGroup + j;
+              const __m256i c = _mm256_cvtepu8_epi16(
+                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + kChunk * chunk)));
+              for (size_t i = 0; i < NQ; ++i) {
+                v[rr][i] = _mm256_add_epi32(v[rr][i], _mm256_madd_epi16(c, query(i, chunk)));
+              }
+            }
+          }
+          for (size_t i = 0; i < NQ; ++i) pair[p][i] = _mm256_hadd_epi32(v[0][i], v[1][i]);
+        }
+        for (size_t i = 0; i < NQ; ++i) half[b][i] = _mm256_hadd_epi32(pair[0][i], pair[1][i]);
+      }
+      for (size_t i = 0; i < NQ; ++i) {
+        dots[g][i] = _mm256_add_epi32(_mm256_permute2x128_si256(half[0][i], half[1][i], 0x20),
+                                      _mm256_permute2x128_si256(half[0][i], half[1][i], 0x31));
+      }
+    }
+    __m256 scale[NG], min[NG];
+    if constexpr (NG == 1) {
+      LoadScaleMinPairs8(params + 2 * t0, &scale[0], &min[0]);
+    } else {
+      LoadScaleMinPairs8TwoGroups(params + 4 * t0, scale, min);
+    }
+    for (size_t i = 0; i < NQ; ++i) {
+      __m256 acc = _mm256_setzero_ps();
+      for (int g = 0; g < NG; ++g) {
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(alpha[i]), scale[g]),
+                              _mm256_cvtepi32_ps(dots[g][i]), acc);
+        acc = _mm256_fmadd_ps(min[g], _mm256_set1_ps(qsum[i * NG + g]), acc);
+      }
+      _mm256_storeu_ps(scores + i * ld + t0, acc);
+    }
+  }
+}
+
 #pragma GCC diagnostic pop
 #endif  // KVPACK_HAVE_TRS_AVX2
 
@@ -215,6 +278,31 @@ void ScoreQ8_0RowsI8Avx2(const int8_t* codes, const uint16_t* scales, size_t n_r
 #endif
   ScoreQ8_0RowsI8Ref(codes + n_full * d, scales + 2 * n_full, n_rows - n_full, d, q8, alpha, n_q,
                      scores + n_full, ld);
+}
+
+bool HasAvx2TokenRowScoresI16(size_t d, size_t n_groups) {
+#if KVPACK_HAVE_TRS_AVX2
+  return d == 64 && (n_groups == 1 || n_groups == 2) && CpuHasAvx2FmaF16c() &&
+         CodeKernelsUseAvx2();
+#else
+  (void)d, (void)n_groups;
+  return false;
+#endif
+}
+
+void ScoreTokenRowsI16Avx2(const uint8_t* rows, size_t n_rows, size_t d, size_t n_groups,
+                           const uint16_t* params, const int16_t* q16, const float* alpha,
+                           const float* qsum, size_t n_q, float* scores, size_t ld) {
+  const size_t n_full = n_rows / 8 * 8;
+#if KVPACK_HAVE_TRS_AVX2
+  ForEachQueryChunk<kMaxQ>(n_q, [&](auto nq, size_t i0) {
+    (n_groups == 1 ? ScoreI16Runs<nq, 1> : ScoreI16Runs<nq, 2>)(
+        rows, n_full, params, q16 + i0 * d, alpha + i0, qsum + i0 * n_groups, scores + i0 * ld,
+        ld);
+  });
+#endif
+  ScoreTokenRowsI16Ref(rows + n_full * d, n_rows - n_full, d, n_groups,
+                       params + 2 * n_groups * n_full, q16, alpha, qsum, n_q, scores + n_full, ld);
 }
 
 }  // namespace kvpack

@@ -1,5 +1,5 @@
-// The AVX2 form of ops/packed_scores.h's ScoreTokenRowsI8 (FlexGen's and HF's per-token key
-// groups), ScoreQ4_0RowsI8 and ScoreQ8_0RowsI8 (llama.cpp's blocks) for CPUs with AVX2 but without
+// The AVX2 form of ops/packed_scores.h's ScoreTokenRowsI8 and ScoreTokenRowsI16 (FlexGen's and
+// HF's per-token key groups), ScoreQ4_0RowsI8 and ScoreQ8_0RowsI8 (llama.cpp's blocks) for CPUs with AVX2 but without
 // AVX512-VNNI (Zen 3, most laptops), chosen at run time by those. Internal to ops/.
 //
 // Design: the integer dots of ops/code_pairs_avx2.h (two rows per register, one vpmaddubsw per
@@ -38,6 +38,13 @@ bool HasAvx2Q8_0Scores(size_t d);
 void ScoreQ8_0RowsI8Avx2(const int8_t* codes, const uint16_t* scales, size_t n_rows, size_t d,
                          const int8_t* q8, const float* alpha, size_t n_q, float* scores,
                          size_t ld);
+
+// ScoreTokenRowsI16's contract (ops/packed_scores.h: 8-bit rows, an int16 query) for d = 64 and
+// one or two groups, where HasAvx2TokenRowScoresI16.
+bool HasAvx2TokenRowScoresI16(size_t d, size_t n_groups);
+void ScoreTokenRowsI16Avx2(const uint8_t* rows, size_t n_rows, size_t d, size_t n_groups,
+                           const uint16_t* params, const int16_t* q16, const float* alpha,
+                           const float* qsum, size_t n_q, float* scores, size_t ld);
 
 }  // namespace kvpack
 

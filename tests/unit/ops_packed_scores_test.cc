@@ -308,7 +308,7 @@ TEST(TokenRowScores, EightBitRowsWithTheInt16QueryEqualTheTwinAndKeepTheBound) {
   hwy::SetSupportedTargetsForTest(0);
   EXPECT_TRUE(saw_error);
   EXPECT_LT(worst_ratio, 0.02);  // at most 1/50 of what an int8 query may cost
-  if (fast_runs == 0) GTEST_SKIP() << "no AVX512-VNNI: only the twin ran";
+  if (fast_runs == 0) GTEST_SKIP() << "no AVX2 or AVX512-VNNI: only the twin ran";
 }
 
 // q4_0 plane rows: 32-channel groups with scale s and min -8 s. The fast paths (d = 64 with
