@@ -33,10 +33,45 @@ namespace {
 
 constexpr size_t kMaxQ = 3;  // query rows per pass
 
-// Rows [0, n_full) in runs of eight: the integer dots of each group, then ScoreGroupedRowsRef's
-// float steps, per group g in order: acc = fma(alpha_i * scale_rg, dot_g, acc) (from 0), then
-// acc = fma(min_rg, qsum_ig, acc). NG = 1: one group over the row; NG = 2: one per 16-byte
-// chunk. kQ4_0: params are two fp16 scales per row, with min = -8 scale (exact in float).
+// Eight rows' scores from their integer dots per group (dots[g][i] lane t: row t) and their
+// parameters (the rows' fp16 pairs, or kQ4_0: two scales per row with min = -8 scale, exact
+// in float): ScoreGroupedRowsRef's float steps, per group g in order, acc = fma(alpha_i *
+// scale_tg, dot, acc) (from 0), then acc = fma(min_tg, qsum_ig, acc).
+template <size_t NQ, int NG, bool kQ4_0>
+KVPACK_TRS_AVX2_ATTR inline void StoreGroupedScores(const uint16_t* params,
+                                                    const __m256i (&dots)[NG][NQ],
+                                                    const float* alpha, const float* qsum,
+                                                    float* scores, size_t ld) {
+  __m256 scale[NG], min[NG];
+  if constexpr (kQ4_0) {
+    LoadScaleMinPairs8(params, &scale[0], &scale[1]);  // the two scales of a row
+    for (int g = 0; g < NG; ++g) min[g] = _mm256_mul_ps(scale[g], _mm256_set1_ps(-8.0f));
+  } else if constexpr (NG == 1) {
+    LoadScaleMinPairs8(params, &scale[0], &min[0]);
+  } else {
+    LoadScaleMinPairs8TwoGroups(params, scale, min);
+  }
+  for (size_t i = 0; i < NQ; ++i) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int g = 0; g < NG; ++g) {
+      acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(alpha[i]), scale[g]),
+                            _mm256_cvtepi32_ps(dots[g][i]), acc);
+      acc = _mm256_fmadd_ps(min[g], _mm256_set1_ps(qsum[i * NG + g]), acc);
+    }
+    _mm256_storeu_ps(scores + i * ld, acc);
+  }
+}
+
+// Rows 0-3 and 4-7 after two rounds of horizontal adds (row j's sum of each 128-bit lane in
+// dword j of h0, h1): the eight rows' dots in order.
+KVPACK_TRS_AVX2_ATTR inline __m256i SumLaneHalves(__m256i h0, __m256i h1) {
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20),
+                          _mm256_permute2x128_si256(h0, h1, 0x31));
+}
+
+// 2- and 4-bit rows [0, n_full) in runs of eight: the integer dots of each group, then
+// StoreGroupedScores. NG = 1: one group over the row; NG = 2: one per 16-byte chunk. kQ4_0:
+// params are two fp16 scales per row.
 template <size_t NQ, int kBits, int NG, bool kQ4_0>
 KVPACK_TRS_AVX2_ATTR void ScoreRuns(const uint8_t* rows, size_t n_full, size_t row_bytes,
                                     const uint16_t* params, const __m256i* qa, size_t n_chunks,
@@ -46,36 +81,21 @@ KVPACK_TRS_AVX2_ATTR void ScoreRuns(const uint8_t* rows, size_t n_full, size_t r
   static_assert(!kQ4_0 || NG == 2);
   constexpr size_t kSlots = 8 / kBits;
   const size_t q_stride = n_chunks * kSlots, chunks_per_group = n_chunks / NG;
+  constexpr size_t kParamsPerRow = kQ4_0 ? 2 : 2 * NG;  // fp16 values
   for (size_t t0 = 0; t0 < n_full; t0 += 8) {
     const uint8_t* r = rows + t0 * row_bytes;
     for (size_t off = 0; off < 8 * row_bytes; off += 64) {
       PrefetchCodeLine(r + kPrefetchAheadBytes + off);
     }
-    PrefetchCodeLine(params + 2 * NG * t0 + kPrefetchAheadBytes / 4);
+    PrefetchCodeLine(params + kParamsPerRow * t0 + kPrefetchAheadBytes / 4);
     __m256i dots[NG][NQ];
     for (int g = 0; g < NG; ++g) {
       const size_t c0 = g * chunks_per_group;
       EightRowDots<NQ, kBits>(r + c0 * kCodeChunkBytes, row_bytes, qa + c0 * kSlots,
                               chunks_per_group, q_stride, dots[g]);
     }
-    __m256 scale[NG], min[NG];
-    if constexpr (kQ4_0) {
-      LoadScaleMinPairs8(params + 2 * t0, &scale[0], &scale[1]);  // the two scales of a row
-      for (int g = 0; g < NG; ++g) min[g] = _mm256_mul_ps(scale[g], _mm256_set1_ps(-8.0f));
-    } else if constexpr (NG == 1) {
-      LoadScaleMinPairs8(params + 2 * t0, &scale[0], &min[0]);
-    } else {
-      LoadScaleMinPairs8TwoGroups(params + 4 * t0, scale, min);
-    }
-    for (size_t i = 0; i < NQ; ++i) {
-      __m256 acc = _mm256_setzero_ps();
-      for (int g = 0; g < NG; ++g) {
-        acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(alpha[i]), scale[g]),
-                              _mm256_cvtepi32_ps(dots[g][i]), acc);
-        acc = _mm256_fmadd_ps(min[g], _mm256_set1_ps(qsum[i * NG + g]), acc);
-      }
-      _mm256_storeu_ps(scores + i * ld + t0, acc);
-    }
+    StoreGroupedScores<NQ, NG, kQ4_0>(params + kParamsPerRow * t0, dots, alpha, qsum, scores + t0,
+                                      ld);
   }
 }
 
@@ -138,8 +158,7 @@ KVPACK_TRS_AVX2_ATTR void ScoreQ8_0Runs(const int8_t* codes, size_t n_full,
               _mm256_hadd_epi32(lane_sums(rb, g, i), lane_sums(rb + kD, g, i)),
               _mm256_hadd_epi32(lane_sums(rb + 2 * kD, g, i), lane_sums(rb + 3 * kD, g, i)));
         }
-        const __m256i dots = _mm256_add_epi32(_mm256_permute2x128_si256(h[0], h[1], 0x20),
-                                              _mm256_permute2x128_si256(h[0], h[1], 0x31));
+        const __m256i dots = SumLaneHalves(h[0], h[1]);
         const __m256 a = _mm256_mul_ps(_mm256_set1_ps(alpha[i]), scale[g]);
         acc = g == 0 ? _mm256_mul_ps(a, _mm256_cvtepi32_ps(dots))
                      : _mm256_fmadd_ps(a, _mm256_cvtepi32_ps(dots), acc);
@@ -152,8 +171,7 @@ KVPACK_TRS_AVX2_ATTR void ScoreQ8_0Runs(const int8_t* codes, size_t n_full,
 // 8-bit rows of 64 channels (one unsigned byte per code) against an int16 query, eight rows at
 // a time: per row and 16-channel chunk the codes widened to int16 (vpmovzxbw) and one
 // vpmaddwd per query row (exact int32 pairs, at most 2 x 255 x 32767), the chunks of a group
-// added; eight rows' lanes summed by a tree of horizontal adds. Then ScoreGroupedRowsRef's
-// float steps per group, as ScoreRuns.
+// added; eight rows' lanes summed by a tree of horizontal adds. Then StoreGroupedScores.
 template <size_t NQ, int NG>
 KVPACK_TRS_AVX2_ATTR void ScoreI16Runs(const uint8_t* rows, size_t n_full, const uint16_t* params,
                                        const int16_t* q16, const float* alpha, const float* qsum,
@@ -190,25 +208,10 @@ KVPACK_TRS_AVX2_ATTR void ScoreI16Runs(const uint8_t* rows, size_t n_full, const
         for (size_t i = 0; i < NQ; ++i) half[b][i] = _mm256_hadd_epi32(pair[0][i], pair[1][i]);
       }
       for (size_t i = 0; i < NQ; ++i) {
-        dots[g][i] = _mm256_add_epi32(_mm256_permute2x128_si256(half[0][i], half[1][i], 0x20),
-                                      _mm256_permute2x128_si256(half[0][i], half[1][i], 0x31));
+        dots[g][i] = SumLaneHalves(half[0][i], half[1][i]);
       }
     }
-    __m256 scale[NG], min[NG];
-    if constexpr (NG == 1) {
-      LoadScaleMinPairs8(params + 2 * t0, &scale[0], &min[0]);
-    } else {
-      LoadScaleMinPairs8TwoGroups(params + 4 * t0, scale, min);
-    }
-    for (size_t i = 0; i < NQ; ++i) {
-      __m256 acc = _mm256_setzero_ps();
-      for (int g = 0; g < NG; ++g) {
-        acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(alpha[i]), scale[g]),
-                              _mm256_cvtepi32_ps(dots[g][i]), acc);
-        acc = _mm256_fmadd_ps(min[g], _mm256_set1_ps(qsum[i * NG + g]), acc);
-      }
-      _mm256_storeu_ps(scores + i * ld + t0, acc);
-    }
+    StoreGroupedScores<NQ, NG, false>(params + 2 * NG * t0, dots, alpha, qsum, scores + t0, ld);
   }
 }
 
