@@ -5,11 +5,10 @@
 // Design: `vpmaddwd` in place of VNNI's `vpdpwssd`. Each 32-bit lane holds two rows' codes of
 // one channel as int16 and meets the pair (wq_k, wq_k+1) of the rows' quantized weights; a
 // `vpaddd` adds the two products to the lane's int32 sum. That is 16 products per multiply
-// and add, against 8 per float FMA (on the Zen 3 a multiply and an add took about as long as
-// one FMA), and the codes are widened in registers: the two rows' bytes interleaved, zero- or
-// sign-extended to 16 bits, and for 4-bit rows masked to the low nibble or shifted to the
-// high one (the even and the odd channels, put back in order once per tile), where the float
-// path unpacks a tile to bytes and converts every code to a float. A pass takes up to three
+// and add, against 8 per float FMA, and the codes are widened in registers: the two rows'
+// bytes interleaved, zero- or sign-extended to 16 bits, and for 4-bit rows masked to the low
+// nibble or shifted to the high one (the even and the odd channels, put back in order once
+// per tile), where the float path unpacks a tile to bytes and converts every code to a float. A pass takes up to three
 // query rows and 16 channels (6 accumulators; with 32, GCC spilled some). The integers are the
 // twins' and each output gets the same one fused multiply-add, so the results are bit for bit
 // the twins' (ops/code_dot_i16.h).

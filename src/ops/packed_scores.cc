@@ -972,9 +972,15 @@ void ScoreTokenRowsI8Ref(const uint8_t* rows, size_t n_rows, size_t row_bytes, s
       q8, alpha, qsum, n_q, scores, ld);
 }
 
+namespace {
+// ScoreTokenRowsI16's AVX512-VNNI kernel (ColumnDotsI16 in the single-pass block kernel).
+bool HasVnniTokenRowScoresI16(size_t d, size_t n_groups) {
+  return HasFastPackedScores(d, d, 8) && (n_groups == 1 || n_groups == 2);
+}
+}  // namespace
+
 bool HasFastTokenRowScoresI16(size_t d, size_t n_groups) {
-  return (HasFastPackedScores(d, d, 8) && (n_groups == 1 || n_groups == 2)) ||
-         HasAvx2TokenRowScoresI16(d, n_groups);
+  return HasVnniTokenRowScoresI16(d, n_groups) || HasAvx2TokenRowScoresI16(d, n_groups);
 }
 
 namespace {
@@ -994,7 +1000,7 @@ void ScoreTokenRowsI16(const uint8_t* rows, size_t n_rows, size_t d, size_t n_gr
                        const float* qsum, size_t n_q, float* scores, size_t ld) {
   if (n_rows == 0 || n_q == 0) return;
 #if KVPACK_HAVE_BLOCK_KERNEL
-  if (HasFastPackedScores(d, d, 8) && (n_groups == 1 || n_groups == 2)) {
+  if (HasVnniTokenRowScoresI16(d, n_groups)) {
     thread_local std::vector<int16_t> qp;
     qp.resize(n_q * d);
     ArrangeQueryI16(q16, n_q * d, qp.data());
