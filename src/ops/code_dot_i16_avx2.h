@@ -8,10 +8,10 @@
 // and add, against 8 per float FMA, and the codes are widened in registers: the two rows'
 // bytes interleaved, zero- or sign-extended to 16 bits, and for 4-bit rows masked to the low
 // nibble or shifted to the high one (the even and the odd channels, put back in order once
-// per tile), where the float path unpacks a tile to bytes and converts every code to a float. A pass takes up to three
-// query rows and 16 channels (6 accumulators; with 32, GCC spilled some). The integers are the
-// twins' and each output gets the same one fused multiply-add, so the results are bit for bit
-// the twins' (ops/code_dot_i16.h).
+// per tile), where the float path unpacks a tile to bytes and converts every code to a float.
+// A pass takes up to three query rows and 16 channels (6 accumulators; with 32, GCC spilled
+// some). The integers are the twins' and each output gets the same one fused multiply-add, so
+// the results are bit for bit the twins' (ops/code_dot_i16.h).
 // Non-goals: 2-bit packed rows (the 2-bit heads take ops/value_dot_i8_avx2.h; other 2-bit
 // windows are unpacked and take the byte form here), windows or groups not aligned to 16
 // channels.
