@@ -8,11 +8,12 @@
 # Usage: scripts/kernel-ab.sh "SPEC;SPEC" 'BENCHMARK_FILTER' ROUNDS BINARY...
 #   e.g. cp build/release/bench/kv_codec_bench /tmp/kcb-new (and an older build to
 #   /tmp/kcb-old), then
-#   scripts/kernel-ab.sh "kivi:bits=4;flexgen:bits=4" '^Accumulate/.*/512/1$' 4 /tmp/kcb-old /tmp/kcb-new
+#   scripts/kernel-ab.sh "kivi:bits=4;flexgen:bits=4" '^Accumulate/.*/512/1$' 4 \
+#     /tmp/kcb-old /tmp/kcb-new
 set -euo pipefail
 
 if [[ $# -lt 4 ]]; then
-  sed -n '2,12p' "$0" >&2
+  sed -n '2,13p' "$0" >&2
   exit 2
 fi
 specs=$1

@@ -1,6 +1,7 @@
 // The AVX2 form of ops/packed_scores.h's ScoreTokenRowsI8 and ScoreTokenRowsI16 (FlexGen's and
-// HF's per-token key groups), ScoreQ4_0RowsI8 and ScoreQ8_0RowsI8 (llama.cpp's blocks) for CPUs with AVX2 but without
-// AVX512-VNNI (Zen 3, most laptops), chosen at run time by those. Internal to ops/.
+// HF's per-token key groups), ScoreQ4_0RowsI8 and ScoreQ8_0RowsI8 (llama.cpp's blocks) for
+// CPUs with AVX2 but without AVX512-VNNI (Zen 3, most laptops), chosen at run time by those.
+// Internal to ops/.
 //
 // Design: the integer dots of ops/code_pairs_avx2.h (two rows per register, one vpmaddubsw per
 // code slot, exact), eight rows at a time and per group, then the twin's float steps with the
