@@ -4,10 +4,8 @@
 #include "ops/channel_block_scores_avx2.h"
 
 #include <cstring>
-#include <vector>
 
 #include "ops/code_dot.h"
-#include "ops/code_dot_i8.h"
 #include "ops/code_pairs_avx2.h"
 #include "ops/cpu_features.h"
 #include "ops/query_chunks.h"
@@ -34,59 +32,107 @@ namespace {
 constexpr size_t kMaxQ = 3;           // query rows per pass
 constexpr size_t kMaxRowBytes = 128;  // d = 256 at 4 bits
 constexpr size_t kMaxD = 256;
+constexpr size_t kMaxVecs = kMaxD / 16;  // arranged query vectors per row (d / 16 at 2 and 4 bits)
 
-// ScaleQuantizeBlockQueryI8 in one pass per query row, for d a multiple of 32 up to kMaxD:
-// xs = x * scale (the twin's products), amax = max |xs| (a NaN ignored, as the twin's std::max
-// does), xmin = x . min (a float sum in another order), then alpha = amax / 127 and q8 =
-// round-to-nearest-even(xs * (127 / amax)) (|xs * inv| <= 127 plus a rounding, so the
-// saturating packs equal the twin's clamp), all zero when amax is zero. The general path
-// (ScaleQuantizeI8) converts the parameters, scales and quantizes in three dispatched calls;
-// per KIVI key block of 32 tokens those took as long as the block's dots (a decode profile of
-// KIVI-2 at 8192: 10.2% of samples against 13.3%; 7.1% against 14.1% after).
 KVPACK_CBS_AVX2_ATTR inline __m256 LoadHalves8(const uint16_t* h) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
 }
 
-KVPACK_CBS_AVX2_ATTR void QuantizeBlockQuery(const float* x, size_t n_q, const uint16_t* params,
-                                             size_t d, int8_t* q8, float* alpha, float* xmin) {
-  alignas(32) float scale[kMaxD], min[kMaxD], xs[kMaxD];
-  for (size_t c = 0; c < d; c += 8) {
-    _mm256_store_ps(scale + c, LoadHalves8(params + c));
-    _mm256_store_ps(min + c, LoadHalves8(params + d + c));
+// The 32 bytes of a quantized query row's channels c .. c + 31 in order: xs * inv converted with
+// rounding to nearest even (the saturating packs equal the twin's clamp, |xs * inv| being at
+// most 127 plus a rounding). Packs work in 128-bit lanes; one dword permutation puts the bytes
+// in order.
+KVPACK_CBS_AVX2_ATTR inline __m256i QueryBytesAt(const float* xs, size_t c, __m256 inv) {
+  __m256i r[4];
+  for (int k = 0; k < 4; ++k) {
+    r[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(xs + c + 8 * k), inv));
   }
+  const __m256i bytes =
+      _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+  return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// ScaleQuantizeBlockQueryI8 for NQ query rows x [NQ, d] of the block (scale, min: the block's
+// parameters as floats, d a multiple of 64 up to kMaxD), its q8 written straight into the
+// slot arrangement of ArrangeQueryBySlot (ops/code_pairs_avx2.h): xs = x * scale (the twin's
+// products), amax = max |xs| (a NaN ignored, as the twin's std::max does), xmin = x . min (a
+// float sum in another order), then alpha = amax / 127 and q8 = round-to-nearest-even(xs *
+// (127 / amax)), all zero when amax is zero. qa: [NQ, d / 16] vectors. The rows are
+// interleaved: one row's steps (the reductions, the divisions, the conversions) wait on each
+// other.
+// The arrangement from registers (the bytes of channels 32 h .. 32 h + 31 in order, lane L =
+// 16-byte piece 2 h + L): 4 bits, one chunk of 32 channels per register: a byte shuffle puts
+// each piece's even channels (slot 0) in its low 8 bytes and the odd ones (slot 1) in its high
+// 8 bytes, and a 64-bit permutation gathers and repeats each slot. 2 bits, one chunk of 64
+// channels per two registers: a byte shuffle groups each piece's bytes by slot (dword s:
+// channels 4 j + s), an unpack of dwords pairs pieces 0/2 and 1/3 (unpacklo: slots 0 and 1),
+// and one dword permutation per slot gathers pieces 0 .. 3 and repeats them.
+// Per KIVI key block of 32 tokens this query work took about half as long as the block's dots
+// when each row went alone and the arrangement was a second pass through memory (a profile of
+// kv_codec_bench ScoresCold/kivi:bits=2/8192/30; docs/performance-history.md, session 38).
+template <int kBits, size_t NQ>
+KVPACK_CBS_AVX2_ATTR void QuantizeArrangeQueryRows(const float* x, const float* scale,
+                                                   const float* min, size_t d, __m256i* qa,
+                                                   float* alpha, float* xmin) {
+  const size_t n_vecs = d / 16;
+  alignas(32) float xs[NQ][kMaxD];
   const __m256 sign = _mm256_set1_ps(-0.0f);
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  for (size_t i = 0; i < n_q; ++i) {
-    const float* xi = x + i * d;
-    __m256 vmax = _mm256_setzero_ps(), vdot = _mm256_setzero_ps();
-    for (size_t c = 0; c < d; c += 8) {
-      const __m256 v = _mm256_loadu_ps(xi + c);
-      const __m256 vs = _mm256_mul_ps(v, _mm256_load_ps(scale + c));
-      _mm256_store_ps(xs + c, vs);
-      vmax = _mm256_max_ps(_mm256_andnot_ps(sign, vs), vmax);  // a NaN |xs| yields vmax
-      vdot = _mm256_add_ps(vdot, _mm256_mul_ps(v, _mm256_load_ps(min + c)));
+  __m256 vmax[NQ], vdot[NQ];
+  for (size_t i = 0; i < NQ; ++i) vmax[i] = vdot[i] = _mm256_setzero_ps();
+  for (size_t c = 0; c < d; c += 8) {
+    const __m256 sc = _mm256_load_ps(scale + c), mn = _mm256_load_ps(min + c);
+    for (size_t i = 0; i < NQ; ++i) {
+      const __m256 v = _mm256_loadu_ps(x + i * d + c);
+      const __m256 vs = _mm256_mul_ps(v, sc);
+      _mm256_store_ps(xs[i] + c, vs);
+      vmax[i] = _mm256_max_ps(_mm256_andnot_ps(sign, vs), vmax[i]);  // a NaN |xs| yields vmax
+      vdot[i] = _mm256_add_ps(vdot[i], _mm256_mul_ps(v, mn));
     }
-    const float amax = HorizontalMax(vmax);
-    xmin[i] = HorizontalSum(vdot);
-    int8_t* qi = q8 + i * d;
-    if (!(amax > 0.0f)) {
-      alpha[i] = 0.0f;
-      std::memset(qi, 0, d);
-      continue;
-    }
-    alpha[i] = amax / 127.0f;
-    const __m256 inv = _mm256_set1_ps(127.0f / amax);
-    for (size_t c = 0; c + 32 <= d; c += 32) {
-      __m256i r[4];
-      for (int k = 0; k < 4; ++k) {
-        r[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(xs + c + 8 * k), inv));
+  }
+  __m256 inv[NQ];
+  bool zero[NQ];
+  for (size_t i = 0; i < NQ; ++i) {
+    const float amax = HorizontalMax(vmax[i]);
+    xmin[i] = HorizontalSum(vdot[i]);
+    zero[i] = !(amax > 0.0f);
+    alpha[i] = zero[i] ? 0.0f : amax / 127.0f;
+    inv[i] = _mm256_set1_ps(zero[i] ? 0.0f : 127.0f / amax);
+  }
+  if constexpr (kBits == 4) {
+    const __m256i by_slot = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                             0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    for (size_t c = 0; c < d; c += 32) {
+      for (size_t i = 0; i < NQ; ++i) {
+        const __m256i p = _mm256_shuffle_epi8(QueryBytesAt(xs[i], c, inv[i]), by_slot);
+        __m256i* slot = qa + i * n_vecs + c / 16;
+        slot[0] = _mm256_permute4x64_epi64(p, _MM_SHUFFLE(2, 0, 2, 0));
+        slot[1] = _mm256_permute4x64_epi64(p, _MM_SHUFFLE(3, 1, 3, 1));
       }
-      // Packs work in 128-bit lanes; one dword permutation puts the 32 bytes in order.
-      const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]),
-                                               _mm256_packs_epi32(r[2], r[3]));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qi + c),
-                          _mm256_permutevar8x32_epi32(bytes, order));
     }
+  } else {
+    static_assert(kBits == 2);
+    const __m256i by_slot = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                             0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    // Dwords of an unpack: p0, p2, p0, p2 (low lane), p1, p3, p1, p3 (high lane), for the
+    // slot pair in turn.
+    const __m256i first = _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5);
+    const __m256i second = _mm256_setr_epi32(2, 6, 3, 7, 2, 6, 3, 7);
+    for (size_t c = 0; c < d; c += 64) {
+      for (size_t i = 0; i < NQ; ++i) {
+        const __m256i a = _mm256_shuffle_epi8(QueryBytesAt(xs[i], c, inv[i]), by_slot);
+        const __m256i b = _mm256_shuffle_epi8(QueryBytesAt(xs[i], c + 32, inv[i]), by_slot);
+        const __m256i lo = _mm256_unpacklo_epi32(a, b), hi = _mm256_unpackhi_epi32(a, b);
+        __m256i* slot = qa + i * n_vecs + c / 16;
+        slot[0] = _mm256_permutevar8x32_epi32(lo, first);
+        slot[1] = _mm256_permutevar8x32_epi32(lo, second);
+        slot[2] = _mm256_permutevar8x32_epi32(hi, first);
+        slot[3] = _mm256_permutevar8x32_epi32(hi, second);
+      }
+    }
+  }
+  for (size_t i = 0; i < NQ; ++i) {  // all zero where amax is zero (xs * 0 can hold a NaN)
+    if (!zero[i]) continue;
+    for (size_t v = 0; v < n_vecs; ++v) qa[i * n_vecs + v] = _mm256_setzero_si256();
   }
 }
 
@@ -126,6 +172,35 @@ KVPACK_CBS_AVX2_ATTR void BlockRows(const uint8_t* rows, size_t n_rows, size_t d
   for (size_t i = 0; i < NQ; ++i) std::memcpy(scores + i * ld + t0, tail[i], rem * sizeof(float));
 }
 
+// Every block in turn (ScoreChannelBlocksI8's contract): its parameters converted once, then
+// per chunk of up to three query rows the arranged query and the rows' scores. Blocks without
+// rows are skipped. No prefetch here beyond the caller's (ChannelBlocks::PrefetchRange): asking
+// for the lines kPrefetchAheadBytes past each block as it starts made KCVT-4's keys slower
+// (ScoresCold/kcvt:bits=4/8192/30, best of 15: 2714 -> 3135 us).
+template <int kBits>
+KVPACK_CBS_AVX2_ATTR void ScoreBlocks(const uint8_t* rows, size_t d, const uint16_t* params,
+                                      const int64_t* starts, size_t n_blocks, const float* q,
+                                      size_t n_q, float* scores, size_t ld) {
+  const size_t row_bytes = d * kBits / 8;
+  alignas(32) float scale[kMaxD], min[kMaxD];
+  __m256i qa[kMaxQ * kMaxVecs];
+  float alpha[kMaxQ], xmin[kMaxQ];
+  for (size_t j = 0; j < n_blocks; ++j) {
+    const size_t r0 = static_cast<size_t>(starts[j]), r1 = static_cast<size_t>(starts[j + 1]);
+    if (r1 <= r0) continue;
+    const uint8_t* block = rows + r0 * row_bytes;
+    const uint16_t* bp = params + j * 2 * d;
+    for (size_t c = 0; c < d; c += 8) {
+      _mm256_store_ps(scale + c, LoadHalves8(bp + c));
+      _mm256_store_ps(min + c, LoadHalves8(bp + d + c));
+    }
+    ForEachQueryChunk<kMaxQ>(n_q, [&](auto nq, size_t i0) {
+      QuantizeArrangeQueryRows<kBits, nq>(q + i0 * d, scale, min, d, qa, alpha, xmin);
+      BlockRows<nq, kBits>(block, r1 - r0, d, qa, alpha, xmin, scores + i0 * ld + r0, ld);
+    });
+  }
+}
+
 #pragma GCC diagnostic pop
 #endif  // KVPACK_HAVE_CBS_AVX2
 
@@ -142,29 +217,15 @@ bool HasAvx2ChannelBlockScores(size_t row_bytes, size_t d, int bits) {
 #endif
 }
 
-void ScoreChannelBlockAvx2(const uint8_t* rows, size_t n_rows, size_t d, int bits,
-                           const uint16_t* params, const float* q, size_t n_q, float* scores,
-                           size_t ld) {
+void ScoreChannelBlocksAvx2(const uint8_t* rows, size_t d, int bits, const uint16_t* params,
+                            const int64_t* starts, size_t n_blocks, const float* q, size_t n_q,
+                            float* scores, size_t ld) {
 #if KVPACK_HAVE_CBS_AVX2
-  thread_local std::vector<float> alpha, xmin;
-  thread_local std::vector<int8_t> q8;
-  thread_local std::vector<ArrangedQueryVec> qa;
-  const size_t n_vecs = d * bits / 8 / kCodeChunkBytes * (8 / bits);  // per query row
-  alpha.resize(n_q);
-  xmin.resize(n_q);
-  q8.resize(n_q * d);
-  qa.resize(n_q * n_vecs);
-  QuantizeBlockQuery(q, n_q, params, d, q8.data(), alpha.data(), xmin.data());
-  __m256i* qv = reinterpret_cast<__m256i*>(qa.data());
-  ArrangeQueryBySlot(q8.data(), n_q, d, bits, qv);
-  ForEachQueryChunk<kMaxQ>(n_q, [&](auto nq, size_t i0) {
-    (bits == 2 ? BlockRows<nq, 2> : BlockRows<nq, 4>)(rows, n_rows, d, qv + i0 * n_vecs,
-                                                      alpha.data() + i0, xmin.data() + i0,
-                                                      scores + i0 * ld, ld);
-  });
+  (bits == 2 ? ScoreBlocks<2> : ScoreBlocks<4>)(rows, d, params, starts, n_blocks, q, n_q, scores,
+                                                ld);
 #else
-  (void)rows, (void)n_rows, (void)d, (void)bits, (void)params, (void)q, (void)n_q, (void)scores,
-      (void)ld;
+  (void)rows, (void)d, (void)bits, (void)params, (void)starts, (void)n_blocks, (void)q, (void)n_q,
+      (void)scores, (void)ld;
 #endif
 }
 

@@ -2,8 +2,9 @@
 // blocks) for CPUs with AVX2 but without AVX512-VNNI (Zen 3, most laptops), chosen at run time
 // by ScoreChannelBlocksI8. Internal to ops/.
 //
-// Design: per block, the query folded into the block's scales and quantized in one pass (the
-// same q8 and alpha as the twin's ScaleQuantizeI8), arranged by code slot, then the exact
+// Design: per block and query row, the query folded into the block's scales and quantized in
+// one pass (the same q8 and alpha as the twin's ScaleQuantizeI8) and arranged by code slot
+// from registers, then the exact
 // integer dots of ops/code_pairs_avx2.h eight rows at a time (the rows left over zero-padded
 // to eight) and the twin's float steps, alpha * dot + xmin. xmin = q . min is a float sum in
 // another order than the twin's, as on the general path.
@@ -15,15 +16,16 @@
 
 namespace kvpack {
 
-// Whether ScoreChannelBlockAvx2 applies: 2- or 4-bit codes, d a multiple of 64 up to 256, rows
+// Whether ScoreChannelBlocksAvx2 applies: 2- or 4-bit codes, d a multiple of 64 up to 256, rows
 // without padding, an AVX2 CPU with FMA and F16C (and that target allowed for tests).
 bool HasAvx2ChannelBlockScores(size_t row_bytes, size_t d, int bits);
 
-// One block of ScoreChannelBlocksI8's contract (ops/packed_scores.h): n_rows rows, params
-// [2, d] (the per-channel scales, then the mins), q [n_q, d], scores [n_q, ld].
-void ScoreChannelBlockAvx2(const uint8_t* rows, size_t n_rows, size_t d, int bits,
-                           const uint16_t* params, const float* q, size_t n_q, float* scores,
-                           size_t ld);
+// ScoreChannelBlocksI8's contract (ops/packed_scores.h) for rows without padding: blocks
+// [starts[j], starts[j + 1]) of rows, params [n_blocks, 2, d] (per block the per-channel
+// scales, then the mins), q [n_q, d], scores [n_q, ld].
+void ScoreChannelBlocksAvx2(const uint8_t* rows, size_t d, int bits, const uint16_t* params,
+                            const int64_t* starts, size_t n_blocks, const float* q, size_t n_q,
+                            float* scores, size_t ld);
 
 }  // namespace kvpack
 

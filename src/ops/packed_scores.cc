@@ -782,16 +782,14 @@ void ScoreChannelBlocksI8(const uint8_t* rows, size_t row_bytes, size_t d, int b
     return;
   }
 #endif
-  (void)n_next_blocks;  // the general path reads block by block; no prefetch
-  const bool avx2 = HasAvx2ChannelBlockScores(row_bytes, d, bits);
+  (void)n_next_blocks;  // the paths below prefetch block by block
+  if (HasAvx2ChannelBlockScores(row_bytes, d, bits)) {
+    ScoreChannelBlocksAvx2(rows, d, bits, params, starts, n_blocks, q, n_q, scores, ld);
+    return;
+  }
   for (size_t j = 0; j < n_blocks; ++j) {
     const size_t r0 = static_cast<size_t>(starts[j]), r1 = static_cast<size_t>(starts[j + 1]);
     if (r1 <= r0) continue;
-    if (avx2) {
-      ScoreChannelBlockAvx2(rows + r0 * row_bytes, r1 - r0, d, bits, params + j * 2 * d, q, n_q,
-                            scores + r0, ld);
-      continue;
-    }
     // 8-bit codes: the twin itself (slow; the codecs take their float path there instead).
     (bits == 8 ? ScoreChannelBlockI8Ref : ScoreChannelBlockGeneral)(
         rows + r0 * row_bytes, r1 - r0, row_bytes, d, bits, params + j * 2 * d, q, n_q,
