@@ -4,10 +4,9 @@
 //
 // Design: per block and query row, the query folded into the block's scales and quantized in
 // one pass (the same q8 and alpha as the twin's ScaleQuantizeI8) and arranged by code slot
-// from registers, then the exact
-// integer dots of ops/code_pairs_avx2.h eight rows at a time (the rows left over zero-padded
-// to eight) and the twin's float steps, alpha * dot + xmin. xmin = q . min is a float sum in
-// another order than the twin's, as on the general path.
+// from registers, then the exact integer dots of ops/code_pairs_avx2.h eight rows at a time
+// (the rows left over zero-padded to eight) and the twin's float steps, alpha * dot + xmin.
+// xmin = q . min is a float sum in another order than the twin's, as on the general path.
 #ifndef KVPACK_OPS_CHANNEL_BLOCK_SCORES_AVX2_H_
 #define KVPACK_OPS_CHANNEL_BLOCK_SCORES_AVX2_H_
 
