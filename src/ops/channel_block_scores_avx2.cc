@@ -30,9 +30,20 @@ namespace {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 constexpr size_t kMaxQ = 3;           // query rows per pass
-constexpr size_t kMaxRowBytes = 128;  // d = 256 at 4 bits
+constexpr size_t kMaxRowBytes = 256;  // d = 256 at 8 bits
 constexpr size_t kMaxD = 256;
-constexpr size_t kMaxVecs = kMaxD / 16;  // arranged query vectors per row (d / 16 at 2 and 4 bits)
+// Arranged query vectors per row: d / 16 at 2 and 4 bits, d / 8 at 8 bits (int16).
+constexpr size_t kMaxVecs = kMaxD / 8;
+
+// Per-row query vectors and levels by code width (8 bits: the int16 query, QuantizeI16).
+template <int kBits>
+constexpr size_t QueryVecs(size_t d) {
+  return kBits == 8 ? d / 8 : d / 16;
+}
+template <int kBits>
+constexpr float QueryLevels() {
+  return kBits == 8 ? 32767.0f : 127.0f;
+}
 
 KVPACK_CBS_AVX2_ATTR inline __m256 LoadHalves8(const uint16_t* h) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
@@ -74,7 +85,8 @@ template <int kBits, size_t NQ>
 KVPACK_CBS_AVX2_ATTR void QuantizeArrangeQueryRows(const float* x, const float* scale,
                                                    const float* min, size_t d, __m256i* qa,
                                                    float* alpha, float* xmin) {
-  const size_t n_vecs = d / 16;
+  const size_t n_vecs = QueryVecs<kBits>(d);
+  constexpr float kLevels = QueryLevels<kBits>();
   alignas(32) float xs[NQ][kMaxD];
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 vmax[NQ], vdot[NQ];
@@ -95,10 +107,23 @@ KVPACK_CBS_AVX2_ATTR void QuantizeArrangeQueryRows(const float* x, const float* 
     const float amax = HorizontalMax(vmax[i]);
     xmin[i] = HorizontalSum(vdot[i]);
     zero[i] = !(amax > 0.0f);
-    alpha[i] = zero[i] ? 0.0f : amax / 127.0f;
-    inv[i] = _mm256_set1_ps(zero[i] ? 0.0f : 127.0f / amax);
+    alpha[i] = zero[i] ? 0.0f : amax / kLevels;
+    inv[i] = _mm256_set1_ps(zero[i] ? 0.0f : kLevels / amax);
   }
-  if constexpr (kBits == 4) {
+  if constexpr (kBits == 8) {
+    // Per 8 channels: the int32 levels (a NaN converts to INT_MIN, which the lower clamp
+    // turns into -32767 as on the AVX-512 path), packed to int16 with themselves and the two
+    // 64-bit halves of each lane gathered: channels 8 v .. 8 v + 7 in both halves.
+    const __m256i low = _mm256_set1_epi32(-32767);
+    for (size_t i = 0; i < NQ; ++i) {
+      for (size_t v = 0; v < n_vecs; ++v) {
+        const __m256i q32 = _mm256_max_epi32(
+            _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(xs[i] + 8 * v), inv[i])), low);
+        qa[i * n_vecs + v] =
+            _mm256_permute4x64_epi64(_mm256_packs_epi32(q32, q32), _MM_SHUFFLE(2, 0, 2, 0));
+      }
+    }
+  } else if constexpr (kBits == 4) {
     const __m256i by_slot = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
                                              0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
     for (size_t c = 0; c < d; c += 32) {
@@ -147,7 +172,8 @@ KVPACK_CBS_AVX2_ATTR inline void EightRowScores(const uint8_t* r, size_t row_byt
                                                 const float* xmin, float* out, size_t out_ld) {
   __m256i dots[NQ];
   const size_t n_chunks = row_bytes / kCodeChunkBytes;
-  EightRowDots<NQ, kBits>(r, row_bytes, qa, n_chunks, n_chunks * (8 / kBits), dots);
+  const size_t q_stride = kBits == 8 ? 2 * n_chunks : n_chunks * (8 / kBits);
+  EightRowDots<NQ, kBits>(r, row_bytes, qa, n_chunks, q_stride, dots);
   for (size_t i = 0; i < NQ; ++i) {
     const __m256 a = _mm256_mul_ps(_mm256_set1_ps(alpha[i]), _mm256_cvtepi32_ps(dots[i]));
     _mm256_storeu_ps(out + i * out_ld, _mm256_add_ps(a, _mm256_set1_ps(xmin[i])));
@@ -165,8 +191,9 @@ KVPACK_CBS_AVX2_ATTR void BlockRows(const uint8_t* rows, size_t n_rows, size_t d
   }
   if (t0 == n_rows) return;
   const size_t rem = n_rows - t0;
-  alignas(32) uint8_t padded[8 * kMaxRowBytes] = {};
+  alignas(32) uint8_t padded[8 * kMaxRowBytes];
   std::memcpy(padded, rows + t0 * row_bytes, rem * row_bytes);
+  std::memset(padded + rem * row_bytes, 0, (8 - rem) * row_bytes);
   float tail[NQ][8];
   EightRowScores<NQ, kBits>(padded, row_bytes, qa, alpha, xmin, &tail[0][0], 8);
   for (size_t i = 0; i < NQ; ++i) std::memcpy(scores + i * ld + t0, tail[i], rem * sizeof(float));
@@ -209,7 +236,7 @@ KVPACK_CBS_AVX2_ATTR void ScoreBlocks(const uint8_t* rows, size_t d, const uint1
 bool HasAvx2ChannelBlockScores(size_t row_bytes, size_t d, int bits) {
 #if KVPACK_HAVE_CBS_AVX2
   const bool cpu = CpuHasAvx2FmaF16c();
-  return (bits == 2 || bits == 4) && d % 64 == 0 && d <= 256 &&
+  return (bits == 2 || bits == 4 || bits == 8) && d % 64 == 0 && d <= 256 &&
          row_bytes == d * static_cast<size_t>(bits) / 8 && cpu && CodeKernelsUseAvx2();
 #else
   (void)row_bytes, (void)d, (void)bits;
@@ -221,8 +248,9 @@ void ScoreChannelBlocksAvx2(const uint8_t* rows, size_t d, int bits, const uint1
                             const int64_t* starts, size_t n_blocks, const float* q, size_t n_q,
                             float* scores, size_t ld) {
 #if KVPACK_HAVE_CBS_AVX2
-  (bits == 2 ? ScoreBlocks<2> : ScoreBlocks<4>)(rows, d, params, starts, n_blocks, q, n_q, scores,
-                                                ld);
+  (bits == 2   ? ScoreBlocks<2>
+   : bits == 4 ? ScoreBlocks<4>
+               : ScoreBlocks<8>)(rows, d, params, starts, n_blocks, q, n_q, scores, ld);
 #else
   (void)rows, (void)d, (void)bits, (void)params, (void)starts, (void)n_blocks, (void)q, (void)n_q,
       (void)scores, (void)ld;

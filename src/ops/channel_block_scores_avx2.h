@@ -7,6 +7,8 @@
 // from registers, then the exact integer dots of ops/code_pairs_avx2.h eight rows at a time
 // (the rows left over zero-padded to eight) and the twin's float steps, alpha * dot + xmin.
 // xmin = q . min is a float sum in another order than the twin's, as on the general path.
+// 8-bit codes take the twin's int16 query (QuantizeI16) and widen the code bytes to 16 bits
+// (ops/code_pairs_avx2.h); before session 39 the codecs scored them with float kernels here.
 #ifndef KVPACK_OPS_CHANNEL_BLOCK_SCORES_AVX2_H_
 #define KVPACK_OPS_CHANNEL_BLOCK_SCORES_AVX2_H_
 
@@ -15,8 +17,8 @@
 
 namespace kvpack {
 
-// Whether ScoreChannelBlocksAvx2 applies: 2- or 4-bit codes, d a multiple of 64 up to 256, rows
-// without padding, an AVX2 CPU with FMA and F16C (and that target allowed for tests).
+// Whether ScoreChannelBlocksAvx2 applies: 2-, 4- or 8-bit codes, d a multiple of 64 up to 256,
+// rows without padding, an AVX2 CPU with FMA and F16C (and that target allowed for tests).
 bool HasAvx2ChannelBlockScores(size_t row_bytes, size_t d, int bits);
 
 // ScoreChannelBlocksI8's contract (ops/packed_scores.h) for rows without padding: blocks

@@ -1,4 +1,5 @@
-// The integer dots of packed 2/4-bit code rows with an int8 query on AVX2 (no VNNI), shared by
+// The integer dots of packed 2/4-bit code rows with an int8 query on AVX2 (no VNNI), and of
+// 8-bit rows with an int16 query (one `vpmaddwd` per 8 channels of two rows), shared by
 // the AVX2 key kernels (ops/token_row_scores_avx2.h: per-token rows; ops/channel_block_scores_
 // avx2.h: per-channel blocks). Internal to ops/; include only from code compiled for AVX2 (a
 // function attribute on the caller).
@@ -74,6 +75,10 @@ __attribute__((target("avx2"))) inline void ArrangeQueryBySlot(const int8_t* q8,
 // (qa as ArrangeQueryBySlot's, from the same chunk, q_stride vectors from one query row to the
 // next): lane l of acc[i] sums the products of row r's (l < 4) or row r + 1's (l >= 4) bytes
 // 4 (l % 4) .. + 3 of every chunk.
+// 8-bit codes (one unsigned byte per channel) take an int16 query instead, two vectors per
+// chunk: channels 16 c .. 16 c + 7, then 16 c + 8 .. 16 c + 15, each repeated in both halves;
+// lane l of acc[i] then sums row r's (l < 4) or row r + 1's (l >= 4) channel pairs 2 (l % 4)
+// and 8 + 2 (l % 4) (+ 1) of every chunk, exact for d <= 256 (d x 255 x 32767 < 2^31).
 template <size_t NQ, int kBits>
 __attribute__((target("avx2"), always_inline)) inline void PairDots(
     const uint8_t* r, size_t row_bytes, const __m256i* qa, size_t n_chunks, size_t q_stride,
@@ -87,6 +92,18 @@ __attribute__((target("avx2"), always_inline)) inline void PairDots(
         _mm256_castsi128_si256(
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + kCodeChunkBytes * c))),
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + row_bytes + kCodeChunkBytes * c)), 1);
+    if constexpr (kBits == 8) {
+      // Bytes 0-7 and 8-15 of each half widened to 16 bits, against the int16 query's
+      // channels 16 c .. 16 c + 7 and 16 c + 8 .. 16 c + 15 (both halves alike).
+      const __m256i lo = _mm256_unpacklo_epi8(x, _mm256_setzero_si256());
+      const __m256i hi = _mm256_unpackhi_epi8(x, _mm256_setzero_si256());
+      for (size_t i = 0; i < NQ; ++i) {
+        const __m256i* q = qa + i * q_stride + 2 * c;
+        acc[i] = _mm256_add_epi32(
+            acc[i], _mm256_add_epi32(_mm256_madd_epi16(lo, q[0]), _mm256_madd_epi16(hi, q[1])));
+      }
+      continue;
+    }
     __m256i m16[NQ];
     for (size_t i = 0; i < NQ; ++i) m16[i] = _mm256_setzero_si256();
     for (int s = 0; s < k; ++s) {

@@ -763,6 +763,10 @@ bool HasFastPackedScores(size_t row_bytes, size_t d, int bits) {
 #endif
 }
 
+bool HasVectorChannelBlockScores(size_t row_bytes, size_t d, int bits) {
+  return HasFastPackedScores(row_bytes, d, bits) || HasAvx2ChannelBlockScores(row_bytes, d, bits);
+}
+
 void ScoreChannelBlocksI8(const uint8_t* rows, size_t row_bytes, size_t d, int bits,
                           const uint16_t* params, const int64_t* starts, size_t n_blocks,
                           const float* q, size_t n_q, float* scores, size_t ld,

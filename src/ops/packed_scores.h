@@ -32,8 +32,8 @@ namespace kvpack {
 // where (q8_i, alpha_i) = QuantizeI8(q_i * scale) and xmin_i = q_i . min (a float sum) with
 // the block's scale and min.
 // With bits = 8, (q16_i, alpha_i) = QuantizeI16(q_i * scale) in place of the int8 query
-// (fast path only at d = 64; elsewhere the scalar twin, slow: the codecs check
-// HasFastPackedScores and take their float path instead).
+// (vector kernels only where HasVectorChannelBlockScores says so; elsewhere the scalar twin,
+// slow: the codecs check it and take their float path instead).
 //   rows: [starts[n_blocks], row_bytes] packed LSB-first codes (bits 2, 4 or 8), row_bytes >=
 //   ceil(d * bits / 8); params: [n_blocks, 2, d] fp16, per block the per-channel scales then
 //   mins; q: [n_q, d]; scores: [n_q, ld].
@@ -97,6 +97,10 @@ bool HasFastTokenRowScoresI16(size_t d, size_t n_groups);
 // Whether ScoreChannelBlocksI8 takes its single-pass kernel for this shape on this CPU (d 64
 // or 128 for 2 and 4 bits, 64 for 8 bits; rows without padding).
 bool HasFastPackedScores(size_t row_bytes, size_t d, int bits);
+// Whether it runs a vector kernel for this shape here: that one or the AVX2 one
+// (ops/channel_block_scores_avx2.h: d a multiple of 64 up to 256, 2, 4 or 8 bits); elsewhere
+// 8-bit codes take the slow scalar twin.
+bool HasVectorChannelBlockScores(size_t row_bytes, size_t d, int bits);
 
 // Consecutive q4_0 rows in plane form (kv/codecs/q4_0_codec.h): ng = d / 32 groups of 32
 // channels per row, each with one fp16 scale s (value = s * (code - 8), ggml's block_q4_0)

@@ -100,8 +100,8 @@ void ChannelBlocks::Scores(int64_t r0, int64_t r1, const float* q, int n_q, floa
   if (r0 >= r1) return;
   PrefetchRange(r0, r1);
   // The blocks the range touches, straight from the packed rows (8-bit codes: the int16 query,
-  // where the single-pass kernel runs; quant_common.h, UseIntegerKeys).
-  if (UseIntegerKeys(bits_) || HasFastPackedScores(row_bytes_, d_, bits_)) {
+  // where a vector kernel runs; quant_common.h, UseIntegerKeys).
+  if (UseIntegerKeys(bits_) || HasVectorChannelBlockScores(row_bytes_, d_, bits_)) {
     const int64_t b0 = BlockOf(r0);
     thread_local std::vector<int64_t> starts;  // relative to r0
     starts.assign(1, 0);

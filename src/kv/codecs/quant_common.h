@@ -133,10 +133,11 @@ void AddGroupedMinSums(int n_q, int n, int first, int group, const CodeTileScrat
 // Keys of 2- and 4-bit codecs are scored in the integer domain (ops/code_dot_i8.h): the
 // query, with the per-channel scales folded in where the format has them, is quantized to
 // int8 per (query row, key block). An int8 query would add an error as large as 8-bit codes'
-// own: those take an int16 query (QuantizeI16, 258 times finer) where the single-pass kernels
-// of ops/packed_scores.h run (AVX512-VNNI, head size 64: HasFastPackedScores,
-// HasFastTokenRowScoresI16), and the float kernels elsewhere. (Until session 31 they took
-// the float kernels everywhere, at 2.7 times f16's key time in cache.)
+// own: those take an int16 query (QuantizeI16, 258 times finer) where the vector kernels of
+// ops/packed_scores.h run (per-channel blocks: HasVectorChannelBlockScores, AVX512-VNNI at
+// head size 64 or AVX2 since session 39; per-token rows: HasFastTokenRowScoresI16), and the
+// float kernels elsewhere. (Until session 31 they took the float kernels everywhere, at 2.7
+// times f16's key time in cache.)
 inline bool UseIntegerKeys(int bits) { return bits <= 4; }
 // Values of every width take int16 weights (ops/code_dot_i16.h, where the CPU has the
 // kernel, float weights elsewhere): 2^-16 of a tile's largest weight per unit of code, far
