@@ -99,23 +99,59 @@ KVPACK_TRS_AVX2_ATTR void ScoreRuns(const uint8_t* rows, size_t n_full, size_t r
   }
 }
 
-// The runs of ScoreTokenRowsI8Avx2 and ScoreQ4_0RowsI8Avx2 (rows [0, n_full)).
+// Rows [0, n_rows) by `runs(rows, n_runs, params, scores, ld)`, an eight-row kernel over rows
+// [0, n_runs): the runs of eight in place, then the last rows (fewer than eight) copied into a
+// block of eight with zero codes and zero parameters after them, scored into a buffer of which
+// their columns are kept. (Before session 40 the twin scored those rows, one at a time in
+// scalar code: in a decode step at depth 8192 + k, each head's last attention tile ends in up
+// to seven of them, and that was about 1% of FlexGen-2's and q4_0's step under perf.) The
+// scores are the same: the kernels equal the twins bit for bit, row by row.
+constexpr size_t kMaxTailRowBytes = 128;  // d = 256 at 4 bits
+constexpr size_t kMaxParamsPerRow = 4;    // two groups' (scale, min)
+
+template <typename Runs>
+KVPACK_TRS_AVX2_ATTR void ScoreRowsPaddingTheTail(const uint8_t* rows, size_t n_rows,
+                                                  size_t row_bytes, const uint16_t* params,
+                                                  size_t params_per_row, size_t n_q, float* scores,
+                                                  size_t ld, Runs runs) {
+  const size_t n_full = n_rows / 8 * 8, n_tail = n_rows - n_full;
+  if (n_full > 0) runs(rows, n_full, params, scores, ld);
+  if (n_tail == 0) return;
+  alignas(32) uint8_t tail_rows[8 * kMaxTailRowBytes] = {};
+  alignas(32) uint16_t tail_params[8 * kMaxParamsPerRow] = {};
+  std::memcpy(tail_rows, rows + n_full * row_bytes, n_tail * row_bytes);
+  std::memcpy(tail_params, params + n_full * params_per_row,
+              n_tail * params_per_row * sizeof(uint16_t));
+  thread_local std::vector<float> tail_scores;  // [n_q, 8]
+  tail_scores.resize(n_q * 8);
+  runs(tail_rows, size_t{8}, tail_params, tail_scores.data(), size_t{8});
+  for (size_t i = 0; i < n_q; ++i) {
+    std::memcpy(scores + i * ld + n_full, &tail_scores[i * 8], n_tail * sizeof(float));
+  }
+}
+
+// ScoreTokenRowsI8Avx2 and ScoreQ4_0RowsI8Avx2: the query arranged once, then the runs.
 template <int NG, bool kQ4_0>
-KVPACK_TRS_AVX2_ATTR void ScoreAllRuns(const uint8_t* rows, size_t n_full, size_t d, int bits,
-                                       const uint16_t* params, const int8_t* q8,
-                                       const float* alpha, const float* qsum, size_t n_q,
-                                       float* scores, size_t ld) {
+KVPACK_TRS_AVX2_ATTR void ScoreAllRows(const uint8_t* rows, size_t n_rows, size_t d, int bits,
+                                       const uint16_t* params, const int8_t* q8, const float* alpha,
+                                       const float* qsum, size_t n_q, float* scores, size_t ld) {
   const size_t row_bytes = d * bits / 8, n_chunks = row_bytes / kCodeChunkBytes;
   const size_t q_stride = n_chunks * (8 / bits);
   thread_local std::vector<ArrangedQueryVec> qa;
   qa.resize(n_q * q_stride);
   __m256i* qv = reinterpret_cast<__m256i*>(qa.data());
   ArrangeQueryBySlot(q8, n_q, d, bits, qv);
-  ForEachQueryChunk<kMaxQ>(n_q, [&](auto nq, size_t i0) {
-    (bits == 2 ? ScoreRuns<nq, 2, NG, kQ4_0> : ScoreRuns<nq, 4, NG, kQ4_0>)(
-        rows, n_full, row_bytes, params, qv + i0 * q_stride, n_chunks, alpha + i0,
-        qsum + i0 * NG, scores + i0 * ld, ld);
-  });
+  constexpr size_t kParamsPerRow = kQ4_0 ? 2 : 2 * NG;
+  ScoreRowsPaddingTheTail(
+      rows, n_rows, row_bytes, params, kParamsPerRow, n_q, scores, ld,
+      [&](const uint8_t* r, size_t n_runs, const uint16_t* pr, float* out, size_t ld_out) {
+        ForEachQueryChunk<kMaxQ>(n_q, [&](auto nq, size_t i0) {
+          (bits == 2 ? ScoreRuns<nq, 2, NG, kQ4_0>
+                     : ScoreRuns<nq, 4, NG, kQ4_0>)(r, n_runs, row_bytes, pr, qv + i0 * q_stride,
+                                                    n_chunks, alpha + i0, qsum + i0 * NG,
+                                                    out + i0 * ld_out, ld_out);
+        });
+      });
 }
 
 // q8_0 rows (64 signed codes, two groups of 32 with one fp16 scale each), eight at a time: per
@@ -235,30 +271,28 @@ bool HasAvx2TokenRowScores(size_t row_bytes, size_t d, int bits, size_t n_groups
 
 bool HasAvx2Q4_0Scores(size_t d) { return d == 64 && HasAvx2TokenRowScores(32, 64, 4, 2); }
 
-void ScoreTokenRowsI8Avx2(const uint8_t* rows, size_t n_rows, size_t d, int bits,
-                          size_t n_groups, const uint16_t* params, const int8_t* q8,
-                          const float* alpha, const float* qsum, size_t n_q, float* scores,
-                          size_t ld) {
-  const size_t row_bytes = d * bits / 8;
-  const size_t n_full = n_rows / 8 * 8;
+void ScoreTokenRowsI8Avx2(const uint8_t* rows, size_t n_rows, size_t d, int bits, size_t n_groups,
+                          const uint16_t* params, const int8_t* q8, const float* alpha,
+                          const float* qsum, size_t n_q, float* scores, size_t ld) {
 #if KVPACK_HAVE_TRS_AVX2
-  (n_groups == 1 ? ScoreAllRuns<1, false> : ScoreAllRuns<2, false>)(
-      rows, n_full, d, bits, params, q8, alpha, qsum, n_q, scores, ld);
+  (n_groups == 1 ? ScoreAllRows<1, false> : ScoreAllRows<2, false>)(rows, n_rows, d, bits, params,
+                                                                    q8, alpha, qsum, n_q, scores,
+                                                                    ld);
+#else
+  (void)rows, (void)n_rows, (void)d, (void)bits, (void)n_groups, (void)params, (void)q8,
+      (void)alpha, (void)qsum, (void)n_q, (void)scores, (void)ld;
 #endif
-  // The last rows (fewer than eight) by the twin, which gives the same scores.
-  ScoreTokenRowsI8Ref(rows + n_full * row_bytes, n_rows - n_full, row_bytes, d, bits, n_groups,
-                      params + 2 * n_groups * n_full, q8, alpha, qsum, n_q, scores + n_full, ld);
 }
 
 void ScoreQ4_0RowsI8Avx2(const uint8_t* codes, const uint16_t* scales, size_t n_rows, size_t d,
                          const int8_t* q8, const float* alpha, const float* qsum, size_t n_q,
                          float* scores, size_t ld) {
-  const size_t n_full = n_rows / 8 * 8;
 #if KVPACK_HAVE_TRS_AVX2
-  ScoreAllRuns<2, true>(codes, n_full, d, 4, scales, q8, alpha, qsum, n_q, scores, ld);
+  ScoreAllRows<2, true>(codes, n_rows, d, 4, scales, q8, alpha, qsum, n_q, scores, ld);
+#else
+  (void)codes, (void)scales, (void)n_rows, (void)d, (void)q8, (void)alpha, (void)qsum, (void)n_q,
+      (void)scores, (void)ld;
 #endif
-  ScoreQ4_0RowsI8Ref(codes + n_full * d / 2, scales + 2 * n_full, n_rows - n_full, d, q8, alpha,
-                     qsum, n_q, scores + n_full, ld);
 }
 
 bool HasAvx2Q8_0Scores(size_t d) {
@@ -273,14 +307,19 @@ bool HasAvx2Q8_0Scores(size_t d) {
 void ScoreQ8_0RowsI8Avx2(const int8_t* codes, const uint16_t* scales, size_t n_rows, size_t d,
                          const int8_t* q8, const float* alpha, size_t n_q, float* scores,
                          size_t ld) {
-  const size_t n_full = n_rows / 8 * 8;
 #if KVPACK_HAVE_TRS_AVX2
-  ForEachQueryChunk<kMaxQ>(n_q, [&](auto nq, size_t i0) {
-    ScoreQ8_0Runs<nq>(codes, n_full, scales, q8 + i0 * d, alpha + i0, scores + i0 * ld, ld);
-  });
+  ScoreRowsPaddingTheTail(
+      reinterpret_cast<const uint8_t*>(codes), n_rows, d, scales, 2, n_q, scores, ld,
+      [&](const uint8_t* r, size_t n_runs, const uint16_t* sc, float* out, size_t ld_out) {
+        ForEachQueryChunk<kMaxQ>(n_q, [&](auto nq, size_t i0) {
+          ScoreQ8_0Runs<nq>(reinterpret_cast<const int8_t*>(r), n_runs, sc, q8 + i0 * d, alpha + i0,
+                            out + i0 * ld_out, ld_out);
+        });
+      });
+#else
+  (void)codes, (void)scales, (void)n_rows, (void)d, (void)q8, (void)alpha, (void)n_q, (void)scores,
+      (void)ld;
 #endif
-  ScoreQ8_0RowsI8Ref(codes + n_full * d, scales + 2 * n_full, n_rows - n_full, d, q8, alpha, n_q,
-                     scores + n_full, ld);
 }
 
 bool HasAvx2TokenRowScoresI16(size_t d, size_t n_groups) {
@@ -296,16 +335,20 @@ bool HasAvx2TokenRowScoresI16(size_t d, size_t n_groups) {
 void ScoreTokenRowsI16Avx2(const uint8_t* rows, size_t n_rows, size_t d, size_t n_groups,
                            const uint16_t* params, const int16_t* q16, const float* alpha,
                            const float* qsum, size_t n_q, float* scores, size_t ld) {
-  const size_t n_full = n_rows / 8 * 8;
 #if KVPACK_HAVE_TRS_AVX2
-  ForEachQueryChunk<kMaxQ>(n_q, [&](auto nq, size_t i0) {
-    (n_groups == 1 ? ScoreI16Runs<nq, 1> : ScoreI16Runs<nq, 2>)(
-        rows, n_full, params, q16 + i0 * d, alpha + i0, qsum + i0 * n_groups, scores + i0 * ld,
-        ld);
-  });
+  ScoreRowsPaddingTheTail(
+      rows, n_rows, d, params, 2 * n_groups, n_q, scores, ld,
+      [&](const uint8_t* r, size_t n_runs, const uint16_t* pr, float* out, size_t ld_out) {
+        ForEachQueryChunk<kMaxQ>(n_q, [&](auto nq, size_t i0) {
+          (n_groups == 1 ? ScoreI16Runs<nq, 1>
+                         : ScoreI16Runs<nq, 2>)(r, n_runs, pr, q16 + i0 * d, alpha + i0,
+                                                qsum + i0 * n_groups, out + i0 * ld_out, ld_out);
+        });
+      });
+#else
+  (void)rows, (void)n_rows, (void)d, (void)n_groups, (void)params, (void)q16, (void)alpha,
+      (void)qsum, (void)n_q, (void)scores, (void)ld;
 #endif
-  ScoreTokenRowsI16Ref(rows + n_full * d, n_rows - n_full, d, n_groups,
-                       params + 2 * n_groups * n_full, q16, alpha, qsum, n_q, scores + n_full, ld);
 }
 
 }  // namespace kvpack
