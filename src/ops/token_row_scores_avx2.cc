@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/check.h"
 #include "ops/code_dot.h"
 #include "ops/code_pairs_avx2.h"
 #include "ops/cpu_features.h"
@@ -117,6 +118,8 @@ KVPACK_TRS_AVX2_ATTR void ScoreRowsPaddingTheTail(const uint8_t* rows, size_t n_
   const size_t n_full = n_rows / 8 * 8, n_tail = n_rows - n_full;
   if (n_full > 0) runs(rows, n_full, params, scores, ld);
   if (n_tail == 0) return;
+  // The Has* predicates above admit no wider rows (d <= 256 at 4 bits, d = 64 at 8).
+  KVPACK_CHECK(row_bytes <= kMaxTailRowBytes && params_per_row <= kMaxParamsPerRow);
   alignas(32) uint8_t tail_rows[8 * kMaxTailRowBytes] = {};
   alignas(32) uint16_t tail_params[8 * kMaxParamsPerRow] = {};
   std::memcpy(tail_rows, rows + n_full * row_bytes, n_tail * row_bytes);
