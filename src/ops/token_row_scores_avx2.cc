@@ -120,9 +120,10 @@ KVPACK_TRS_AVX2_ATTR void ScoreRowsPaddingTheTail(const uint8_t* rows, size_t n_
   if (n_tail == 0) return;
   // The Has* predicates above admit no wider rows (d <= 256 at 4 bits, d = 64 at 8).
   KVPACK_CHECK(row_bytes <= kMaxTailRowBytes && params_per_row <= kMaxParamsPerRow);
-  alignas(32) uint8_t tail_rows[8 * kMaxTailRowBytes] = {};
+  alignas(32) uint8_t tail_rows[8 * kMaxTailRowBytes];  // as BlockRows' (channel blocks)
   alignas(32) uint16_t tail_params[8 * kMaxParamsPerRow] = {};
   std::memcpy(tail_rows, rows + n_full * row_bytes, n_tail * row_bytes);
+  std::memset(tail_rows + n_tail * row_bytes, 0, (8 - n_tail) * row_bytes);
   std::memcpy(tail_params, params + n_full * params_per_row,
               n_tail * params_per_row * sizeof(uint16_t));
   thread_local std::vector<float> tail_scores;  // [n_q, 8]
