@@ -116,6 +116,16 @@ namespace {
 // session 33's Zen 4 host (docs/performance-history.md).
 constexpr size_t kPrefetchBytes = 12288;
 
+// The AVX2 kernel reads its rows as this many streams at once, a row from each in turn (row i
+// of the first half, then row i of the second); each row's result is the one it has in row
+// order. One core of session 41's Zen 3 host reads memory faster from two or more streams
+// than from one (a plain read of 136 MiB, 64 bytes per stream in turn: median 20.0 GB/s from
+// one, 24.8 from two, 26.5 from four), and weights_bench's Q8_0Rows/1536/87381 (136 MiB from
+// memory) took 8480 -> 7368 us, the medians of 18 runs of each build alternated
+// (docs/performance-history.md, session 41). Four streams measured slower than two, eight
+// slower than one. The AVX512-VNNI kernel keeps row order: it was not measured.
+constexpr size_t kRowStreams = 2;
+
 // acc += four u8 x s8 products per 32-bit lane (the asm keeps GCC from copying the
 // accumulator around the intrinsic; ops/code_dot_i16.cc).
 KVPACK_Q8_0_VNNI_ATTR inline __m256i DotQuads(__m256i acc, __m256i u, __m256i s) {
@@ -188,23 +198,34 @@ KVPACK_Q8_0_AVX2_ATTR inline __m256 BlockAvx2(const uint8_t* blk, const BlockQ8_
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(_cvtsh_ss(dw) * dx), acc);
 }
 
+KVPACK_Q8_0_AVX2_ATTR inline float RowAvx2(const uint8_t* row, const BlockQ8_0* xb, const float* dx,
+                                           size_t n_blocks) {
+  __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
+  size_t b = 0;
+  for (; b + 2 <= n_blocks; b += 2) {
+    const uint8_t* blk = row + b * sizeof(BlockQ8_0);
+    _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes), _MM_HINT_T0);
+    even = BlockAvx2(blk, xb[b], dx[b], even);
+    odd = BlockAvx2(blk + sizeof(BlockQ8_0), xb[b + 1], dx[b + 1], odd);
+  }
+  if (b < n_blocks) even = BlockAvx2(row + b * sizeof(BlockQ8_0), xb[b], dx[b], even);
+  return SumOfChains(even, odd);
+}
+
 KVPACK_Q8_0_AVX2_ATTR void DotRowsAvx2(const uint8_t* rows, size_t row_bytes, size_t n_rows,
                                        const Q8_0Activations& x, size_t t, float* y) {
   const size_t n_blocks = x.n() / 32;
   const BlockQ8_0* xb = x.blocks(t);
   const float* dx = x.scales(t);
-  for (size_t r = 0; r < n_rows; ++r) {
-    const uint8_t* row = rows + r * row_bytes;
-    __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
-    size_t b = 0;
-    for (; b + 2 <= n_blocks; b += 2) {
-      const uint8_t* blk = row + b * sizeof(BlockQ8_0);
-      _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes), _MM_HINT_T0);
-      even = BlockAvx2(blk, xb[b], dx[b], even);
-      odd = BlockAvx2(blk + sizeof(BlockQ8_0), xb[b + 1], dx[b + 1], odd);
+  const size_t per_stream = n_rows / kRowStreams;
+  for (size_t i = 0; i < per_stream; ++i) {
+    for (size_t s = 0; s < kRowStreams; ++s) {
+      const size_t r = s * per_stream + i;
+      y[r] = RowAvx2(rows + r * row_bytes, xb, dx, n_blocks);
     }
-    if (b < n_blocks) even = BlockAvx2(row + b * sizeof(BlockQ8_0), xb[b], dx[b], even);
-    y[r] = SumOfChains(even, odd);
+  }
+  for (size_t r = kRowStreams * per_stream; r < n_rows; ++r) {
+    y[r] = RowAvx2(rows + r * row_bytes, xb, dx, n_blocks);
   }
 }
 
