@@ -10,7 +10,8 @@
 // Q8_0Rows/<n_in>/<n_rows>: n_in 576 (SmolLM2-135M's embedding) or 1536 (its FFN); 512 rows
 // are 306 KiB or 816 KiB (in L2), and 87381 rows of 1536 are 136 MiB, SmolLM2-135M's weights
 // in q8_0, read once per iteration as a decode step reads them. ReadRoofline/<MiB>: the plain
-// read of 136 MiB. Vpdpbusd*: the CPU's rate of the int8 dot instruction (below).
+// read of 136 MiB; ReadStreams/<k>: the same read as k streams at once. Vpdpbusd*: the CPU's
+// rate of the int8 dot instruction (below).
 #include <benchmark/benchmark.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -74,6 +75,38 @@ BENCHMARK(BM_ReadRoofline)
     ->Name("ReadRoofline")
     ->Arg(136)
     ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// A plain read of 136 MiB as k streams at once: the buffer cut into k parts, 64 bytes of each
+// part in turn (ReadStreams/1 is one stream in order), summed as 64-bit integers. Whether one
+// core reads memory faster from several streams than from one decides how the weight rows are
+// walked (ops/q8_0_dot.cc: its AVX2 kernel reads two).
+void BM_ReadStreams(benchmark::State& state) {
+  const size_t k = static_cast<size_t>(state.range(0));
+  constexpr size_t kBytes = size_t{136} << 20, kLine = 64, kWords = kLine / sizeof(uint64_t);
+  AlignedBuffer<uint64_t> buf(kBytes / sizeof(uint64_t));
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = i;
+  const size_t part = buf.size() / k;  // words per stream, a multiple of kWords
+  for (auto _ : state) {
+    uint64_t sum0 = 0, sum1 = 0;
+    for (size_t off = 0; off < part; off += kWords) {
+      for (size_t s = 0; s < k; ++s) {
+        const uint64_t* line = &buf[s * part + off];
+        for (size_t w = 0; w < kWords; w += 2) {
+          sum0 += line[w];
+          sum1 += line[w + 1];
+        }
+      }
+    }
+    benchmark::DoNotOptimize(sum0 + sum1);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kBytes));
+}
+BENCHMARK(BM_ReadStreams)
+    ->Name("ReadStreams")
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
     ->Unit(benchmark::kMicrosecond);
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
