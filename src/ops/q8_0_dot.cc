@@ -120,7 +120,7 @@ constexpr size_t kPrefetchBytes = 12288;
 // of the first half, then row i of the second); each row's result is the one it has in row
 // order. One core of session 41's Zen 3 host reads memory faster from two or more streams
 // than from one (weights_bench's ReadStreams/<k>, 136 MiB: medians 13.2-13.8 GB/s from one,
-// 17.8-19.6 from two, 20.6-20.9 from four), and its Q8_0Rows/1536/87381 (136 MiB from memory)
+// 17.8-19.6 from two, 20.4-20.9 from four), and its Q8_0Rows/1536/87381 (136 MiB from memory)
 // took 8480 -> 7368 us, the medians of 18 runs of each build alternated
 // (docs/performance-history.md, session 41). In this kernel four streams measured slower than
 // two. The AVX512-VNNI kernel keeps row order: it was not measured.
