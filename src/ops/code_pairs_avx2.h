@@ -29,6 +29,18 @@ struct alignas(32) ArrangedQueryVec {
   int8_t bytes[32];
 };
 
+// acc += the int16 products of u (unsigned bytes) and s (signed bytes), pairs summed
+// (`vpmaddubsw`, then `vpaddw`), the add kept next to its multiply by an empty asm that holds
+// acc in a register there. Without it GCC 12 may compute all the products of a step before
+// any add and keep most accumulators on the stack: in the 2-bit value kernel (ops/value_dot_i8_
+// avx2.cc) ten of twelve, a load and a store each per row pair (docs/performance-history.md,
+// session 42).
+__attribute__((target("avx2"), always_inline)) inline void AddPairProducts(__m256i& acc,
+                                                                           __m256i u, __m256i s) {
+  acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(u, s));
+  asm volatile("" : "+x"(acc));
+}
+
 // Query row i's slot s of chunk c (32 bytes, both halves alike): byte j holds channel
 // k (16 c + j) + s of q8 (k = 8 / bits), the channel whose code byte 16 c + j holds in slot s.
 // q8: [n_q, d] (d a multiple of 64); qa: [n_q, d * bits / 8 / 16, k] vectors.
@@ -109,7 +121,7 @@ __attribute__((target("avx2"), always_inline)) inline void PairDots(
     for (int s = 0; s < k; ++s) {
       const __m256i v = _mm256_and_si256(_mm256_srli_epi16(x, kBits * s), mask);
       for (size_t i = 0; i < NQ; ++i) {
-        m16[i] = _mm256_add_epi16(m16[i], _mm256_maddubs_epi16(v, qa[i * q_stride + c * k + s]));
+        AddPairProducts(m16[i], v, qa[i * q_stride + c * k + s]);
       }
     }
     for (size_t i = 0; i < NQ; ++i) {

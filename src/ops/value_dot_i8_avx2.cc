@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ops/code_pairs_avx2.h"
 #include "ops/cpu_features.h"
 #include "ops/prefetch.h"
 #include "ops/query_chunks.h"
@@ -69,15 +70,6 @@ KVPACK_I8V_AVX2_ATTR __m256i WeightPair(const int8_t* const (&wq)[4], size_t j) 
   }
 }
 
-// acc += the int16 products of v (unsigned codes) and w (signed weight pairs), the add kept
-// next to its multiply by an empty asm that holds acc in a register there: without it GCC 12
-// computes all twelve products of a row pair before any add and keeps ten of the twelve
-// accumulators on the stack, a load and a store each per row pair.
-KVPACK_I8V_AVX2_ATTR inline void AddProducts(__m256i& acc, __m256i v, __m256i w) {
-  acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(v, w));
-  asm volatile("" : "+x"(acc));
-}
-
 // Query rows [0, NQ) against one 64-channel window (bytes [wb, wb + 16) of each of the m rows,
 // row_bytes apart): acc[i][s] lane l (int16) sums the code x weight products of channel
 // 4 l + s over the tile's rows, exactly; then, in channel order, out[i * d + c] =
@@ -116,7 +108,7 @@ KVPACK_I8V_AVX2_ATTR void WindowPass(const TileWeights<NQ>& tw, size_t n_groups,
     for (size_t i = 0; i < NQ; ++i) w[i] = WeightPair<NGW>(wq[i], j);
     for (int s = 0; s < 4; ++s) {
       const __m256i v = _mm256_and_si256(_mm256_srli_epi16(x, 2 * s), mask);
-      for (size_t i = 0; i < NQ; ++i) AddProducts(acc[i][s], v, w[i]);
+      for (size_t i = 0; i < NQ; ++i) AddPairProducts(acc[i][s], v, w[i]);
     }
   }
   for (size_t i = 0; i < NQ; ++i) {
