@@ -35,8 +35,8 @@ struct alignas(32) ArrangedQueryVec {
 // any add and keep most accumulators on the stack: in the 2-bit value kernel (ops/value_dot_i8_
 // avx2.cc) ten of twelve, a load and a store each per row pair (docs/performance-history.md,
 // session 42).
-__attribute__((target("avx2"), always_inline)) inline void AddPairProducts(__m256i& acc,
-                                                                           __m256i u, __m256i s) {
+__attribute__((target("avx2"), always_inline)) inline void AddPairProducts(__m256i& acc, __m256i u,
+                                                                           __m256i s) {
   acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(u, s));
   asm volatile("" : "+x"(acc));
 }
