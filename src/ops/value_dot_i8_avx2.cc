@@ -89,8 +89,16 @@ KVPACK_I8V_AVX2_ATTR void WindowPass(const TileWeights<NQ>& tw, size_t n_groups,
   }
   const uint8_t* rows = codes + c0 / 4;
   const __m256i mask = _mm256_set1_epi8(3);
+  // The loops over query rows and slots are unrolled by pragma: with every acc[i][s] indexed
+  // by constants GCC 12 keeps the accumulators in registers however this function is compiled.
+  // Without the pragmas it kept all of them on the stack (a load and a store each per row pair)
+  // when it was compiled on its own, and inlined into TilePass the outcome depended on
+  // unrelated code there (session 43: a helper for the weight quantization put them on the
+  // stack and KIVI-2's `Accumulate/.../8192/30` went from 3479 to 4326 us).
   __m256i acc[NQ][4];
+#pragma GCC unroll 4
   for (size_t i = 0; i < NQ; ++i) {
+#pragma GCC unroll 4
     for (size_t s = 0; s < 4; ++s) acc[i][s] = _mm256_setzero_si256();
   }
   const size_t n_pairs = (m + 1) / 2;
@@ -105,12 +113,16 @@ KVPACK_I8V_AVX2_ATTR void WindowPass(const TileWeights<NQ>& tw, size_t n_groups,
     const __m256i x = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi8(a, b)),
                                               _mm_unpackhi_epi8(a, b), 1);
     __m256i w[NQ];
+#pragma GCC unroll 4
     for (size_t i = 0; i < NQ; ++i) w[i] = WeightPair<NGW>(wq[i], j);
+#pragma GCC unroll 4
     for (int s = 0; s < 4; ++s) {
       const __m256i v = _mm256_and_si256(_mm256_srli_epi16(x, 2 * s), mask);
+#pragma GCC unroll 4
       for (size_t i = 0; i < NQ; ++i) AddPairProducts(acc[i][s], v, w[i]);
     }
   }
+#pragma GCC unroll 4
   for (size_t i = 0; i < NQ; ++i) {
     // acc[i][s] lane l (128-bit half h: l = 8 h + l') is channel 4 l + s: two rounds of
     // interleaving give, in n[t], channels 8 t .. 8 t + 7 (low half) and 32 + 8 t .. (high).
