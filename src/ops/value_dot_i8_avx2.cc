@@ -90,11 +90,13 @@ KVPACK_I8V_AVX2_ATTR void WindowPass(const TileWeights<NQ>& tw, size_t n_groups,
   const uint8_t* rows = codes + c0 / 4;
   const __m256i mask = _mm256_set1_epi8(3);
   // The loops over query rows and slots are unrolled by pragma: with every acc[i][s] indexed
-  // by constants GCC 12 keeps the accumulators in registers however this function is compiled.
-  // Without the pragmas it kept all of them on the stack (a load and a store each per row pair)
-  // when it was compiled on its own, and inlined into TilePass the outcome depended on
-  // unrelated code there (session 43: a helper for the weight quantization put them on the
-  // stack and KIVI-2's `Accumulate/.../8192/30` went from 3479 to 4326 us).
+  // by constants GCC 12 keeps the accumulators in registers as far as they fit, however this
+  // function is compiled (all of them for one or two query rows; with three, twelve
+  // accumulators, three weight vectors, the codes and the mask exceed the sixteen registers
+  // and a few spill). Without the pragmas it kept all of them on the stack (a load and a store
+  // each per row pair) when it was compiled on its own, and inlined into TilePass the outcome
+  // depended on unrelated code there (session 43: a helper for the weight quantization put
+  // them on the stack and KIVI-2's `Accumulate/.../8192/30` went from 3479 to 4326 us).
   __m256i acc[NQ][4];
 #pragma GCC unroll 4
   for (size_t i = 0; i < NQ; ++i) {
