@@ -350,8 +350,14 @@ void DotRowsTiled(const T* rows, size_t n_rows, size_t dim, const float* q, size
 #endif
 
 // Values: V vectors of columns from c for M query rows; the M * V accumulators stay in
-// registers over all rows (each row is converted once for the whole GQA group).
-template <size_t M, size_t V, typename T>
+// registers over all rows (each row is converted once for the whole GQA group). Row-outer
+// (kByVector false): per row the V row vectors, then per query row one broadcast into its V
+// accumulators; live: M * V accumulators, V row vectors and a broadcast. Vector-outer: per row
+// the M broadcasts, then each row vector into its M accumulators; live: M * V accumulators, M
+// broadcasts and one row vector, which with three query rows fits 32 columns into 16 registers
+// where the row-outer form fits 16. Each accumulator takes the same multiply-adds in the same
+// order either way, so the two give the same floats.
+template <size_t M, size_t V, bool kByVector, typename T>
 HWY_INLINE void AxpyRowsBlock(const float* p, size_t ld, const T* rows, size_t n_rows, size_t dim,
                               size_t c, float* out) {
   const hn::ScalableTag<float> d;
@@ -367,45 +373,20 @@ HWY_INLINE void AxpyRowsBlock(const float* p, size_t ld, const T* rows, size_t n
         hwy::Prefetch(reinterpret_cast<const char*>(row) + kPrefetchAheadBytes + b);
       }
     }
-    hn::Vec<decltype(d)> x[V];
-    for (size_t v = 0; v < V; ++v) x[v] = LoadRow(d, row + v * N);
-    for (size_t m = 0; m < M; ++m) {
-      const auto pm = hn::Set(d, p[m * ld + t]);
-      for (size_t v = 0; v < V; ++v) acc[m * V + v] = hn::MulAdd(pm, x[v], acc[m * V + v]);
-    }
-  }
-  for (size_t m = 0; m < M; ++m) {
-    for (size_t v = 0; v < V; ++v) hn::StoreU(acc[m * V + v], d, out + m * dim + c + v * N);
-  }
-}
-
-// AxpyRowsBlock with the loops turned around: per row the M probabilities are broadcast once,
-// then each of the V row vectors is loaded and converted and goes into its M accumulators. Live:
-// M * V accumulators, M broadcasts and one row vector (AxpyRowsBlock: V row vectors and one
-// broadcast), which with three query rows fits 32 columns into 16 registers where the row-outer
-// form fits 16. Each accumulator takes the same multiply-adds in the same order, so the results
-// are AxpyRowsBlock's, bit for bit.
-template <size_t M, size_t V, typename T>
-HWY_INLINE void AxpyRowsBlockByVector(const float* p, size_t ld, const T* rows, size_t n_rows,
-                                      size_t dim, size_t c, float* out) {
-  const hn::ScalableTag<float> d;
-  const size_t N = hn::Lanes(d);
-  hn::Vec<decltype(d)> acc[M * V];
-  for (size_t m = 0; m < M; ++m) {
-    for (size_t v = 0; v < V; ++v) acc[m * V + v] = hn::LoadU(d, out + m * dim + c + v * N);
-  }
-  for (size_t t = 0; t < n_rows; ++t) {
-    const T* row = rows + t * dim + c;
-    if constexpr (kStreamsRows<T>) {
-      for (size_t b = 0; b < V * N * sizeof(T); b += 64) {
-        hwy::Prefetch(reinterpret_cast<const char*>(row) + kPrefetchAheadBytes + b);
+    if constexpr (kByVector) {
+      hn::Vec<decltype(d)> pm[M];
+      for (size_t m = 0; m < M; ++m) pm[m] = hn::Set(d, p[m * ld + t]);
+      for (size_t v = 0; v < V; ++v) {
+        const auto x = LoadRow(d, row + v * N);
+        for (size_t m = 0; m < M; ++m) acc[m * V + v] = hn::MulAdd(pm[m], x, acc[m * V + v]);
       }
-    }
-    hn::Vec<decltype(d)> pm[M];
-    for (size_t m = 0; m < M; ++m) pm[m] = hn::Set(d, p[m * ld + t]);
-    for (size_t v = 0; v < V; ++v) {
-      const auto x = LoadRow(d, row + v * N);
-      for (size_t m = 0; m < M; ++m) acc[m * V + v] = hn::MulAdd(pm[m], x, acc[m * V + v]);
+    } else {
+      hn::Vec<decltype(d)> x[V];
+      for (size_t v = 0; v < V; ++v) x[v] = LoadRow(d, row + v * N);
+      for (size_t m = 0; m < M; ++m) {
+        const auto pm = hn::Set(d, p[m * ld + t]);
+        for (size_t v = 0; v < V; ++v) acc[m * V + v] = hn::MulAdd(pm, x[v], acc[m * V + v]);
+      }
     }
   }
   for (size_t m = 0; m < M; ++m) {
@@ -460,8 +441,8 @@ HWY_INLINE void AxpyRowsBlockSplit(const float* p, size_t ld, const hwy::bfloat1
 }
 
 // x86 below AVX-512 has 16 vector registers: M * V accumulators and the row vectors and
-// broadcasts of a block's form (AxpyRowsBlock, AxpyRowsBlockByVector) must fit, or an
-// accumulator is spilled and every row chains through memory.
+// broadcasts of a block's form (AxpyRowsBlock) must fit, or an accumulator is spilled and
+// every row chains through memory.
 constexpr size_t kVecRegs = (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3) ? 16 : 32;
 
 template <size_t M, typename T>
@@ -472,9 +453,8 @@ void AxpyRowsM(const float* p, size_t ld, const T* rows, size_t n_rows, size_t d
   // Where four row-outer vectors do not fit (three query rows below AVX-512), four vector-outer
   // ones do: 32 columns per pass over the rows instead of 16. An fp16 value tile at head_dim 64
   // was read in four passes of 32 bytes per row, two of them from memory through every other
-  // line; now two of 64 bytes (kv_codec_bench, docs/performance-history.md, session 44:
-  // Accumulate/f16/8192/1 143-159 -> 103-104 us, AccumulateCold/f16/8192/30 9.8-10.2 -> 8.1-8.4
-  // ms).
+  // line; now two of 64 bytes (docs/performance-history.md, session 44: kv_codec_bench's
+  // AccumulateCold/f16/8192/30 9298 -> 7817 us, best of 9; f16 decode at 8192 about 10% faster).
   constexpr bool kByVector = kV < 4 && M * 4 + M + 1 <= kVecRegs;
   size_t c = 0;
   if constexpr (kSplitsPairs<T>) {  // the same kV float vectors per row, from kV / 2 loads
@@ -484,11 +464,13 @@ void AxpyRowsM(const float* p, size_t ld, const T* rows, size_t n_rows, size_t d
   }
   if constexpr (kByVector) {
     for (; c + 4 * N <= dim; c += 4 * N) {
-      AxpyRowsBlockByVector<M, 4>(p, ld, rows, n_rows, dim, c, out);
+      AxpyRowsBlock<M, 4, true>(p, ld, rows, n_rows, dim, c, out);
     }
   }
-  for (; c + kV * N <= dim; c += kV * N) AxpyRowsBlock<M, kV>(p, ld, rows, n_rows, dim, c, out);
-  for (; c + N <= dim; c += N) AxpyRowsBlock<M, 1>(p, ld, rows, n_rows, dim, c, out);
+  for (; c + kV * N <= dim; c += kV * N) {
+    AxpyRowsBlock<M, kV, false>(p, ld, rows, n_rows, dim, c, out);
+  }
+  for (; c + N <= dim; c += N) AxpyRowsBlock<M, 1, false>(p, ld, rows, n_rows, dim, c, out);
   for (; c < dim; ++c) {
     for (size_t t = 0; t < n_rows; ++t) {
       const float v = ScalarOf(rows[t * dim + c]);
