@@ -335,24 +335,36 @@ KVPACK_BLOCK_INLINE void LoadTile(const uint8_t* tile, size_t left, __m512i (&co
 // 2057 us from memory; FlexGen's and q4_0's took 8-10% longer from memory, so they keep the
 // memory operands. Why the forms differ is not established: a broadcast memory operand
 // alone issues as fast as a register (bench/weights_bench's Vpdpbusd cases: 0.12 ns each).
-template <int kBits, int NQ, int kW, int kGroups, bool kRegs>
-KVPACK_BLOCK_INLINE void ColumnDots(const __m512i (&col)[kW], const int8_t* qp, size_t stride,
-                                    __m512i (&acc)[NQ][2]) {
+// kTiles = 2 (kRegs, one group): two tiles' columns at once, each broadcast serving both, two
+// chains per row and tile. For KIVI-2's 32-token blocks (2-bit rows of 64 channels) that
+// took kv_codec_bench's Scores/kivi:bits=2/8192/1 from 36.5 to 32.0 us in cache, KCVT-2's
+// from 21.7 to 18.9 (scripts/kernel-ab.sh, best of 12 alternating repetitions; from memory
+// the host's spread hid it: docs/performance-history.md, session 46).
+template <int kBits, int NQ, int kW, int kGroups, bool kRegs, int kTiles>
+KVPACK_BLOCK_INLINE void ColumnDotsTiles(const __m512i (&col)[kTiles][kW], const int8_t* qp,
+                                         size_t stride, __m512i (&acc)[kTiles][NQ][2]) {
+  static_assert(kTiles == 1 || (kRegs && kGroups == 1));
   constexpr int kK = 8 / kBits;
   constexpr size_t kSeg = static_cast<size_t>(kW) * 4;
   // Slots per group of broadcasts: all of a dword's kK slots when they fit, else the largest
-  // power of two (kK is 1, 2 or 4) that does.
+  // power of two (kK is 1, 2 or 4) that does. With two tiles both tiles' columns and chains
+  // (and their codes and the mask) must fit next to the broadcasts too.
   constexpr int kSlots = [] {
     int n = kK;
-    while (n > 1 && n * NQ > kGroupDwords) n /= 2;
+    while (n > 1 && (n * NQ > kGroupDwords ||
+                     (kTiles > 1 && kTiles * (kW + 2 * NQ) + n * NQ + kTiles + 1 > 32))) {
+      n /= 2;
+    }
     return n;
   }();
-  // Chains per query row and group: four (kRegs, one group) where the columns, the chains
-  // and a group's broadcasts fit in the 32 registers.
-  constexpr int kChains = kRegs && kGroups == 1 && NQ * 4 + kW + kSlots * NQ + 2 <= 32 ? 4 : 2;
+  // Chains per query row and group: four (kRegs, one group, one tile) where the columns, the
+  // chains and a group's broadcasts fit in the 32 registers.
+  constexpr int kChains =
+      kTiles == 1 && kRegs && kGroups == 1 && NQ * 4 + kW + kSlots * NQ + 2 <= 32 ? 4 : 2;
   constexpr int kPerGroup = kChains / kGroups;
-  __m512i part[NQ][kChains];
-  ZeroChains(part);
+  __m512i part[kTiles][NQ][kChains];
+#pragma GCC unroll 2
+  for (int t = 0; t < kTiles; ++t) ZeroChains(part[t]);
   const __m512i mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));
   // The query's NQ x kW x k dword addresses are fixed offsets from qp; hidden behind this
   // empty asm, qp is a register per tile and each operand its displacement. Without it GCC
@@ -379,30 +391,43 @@ KVPACK_BLOCK_INLINE void ColumnDots(const __m512i (&col)[kW], const int8_t* qp, 
         const int slot = s0 + s;
         const int c = !kRegs ? (kGroups == 1 ? m % 2 : group)
                              : group * kPerGroup + (m * kK + slot) % kPerGroup;
-        __m512i codes;
-        if constexpr (kBits == 8) {
-          // Signed bytes (q8_0) read as code + 128, the unsigned operand of vpdpbusd; the
-          // caller takes 128 x (the query's sum) back off.
-          codes = _mm512_xor_si512(col[m], _mm512_set1_epi8(static_cast<char>(0x80)));
-        } else if (slot == 0) {
-          codes = _mm512_and_si512(col[m], mask);
-        } else {
-          codes = _mm512_and_si512(_mm512_srli_epi16(col[m], kBits * slot), mask);
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < NQ; ++i) {
-          if constexpr (kRegs) {
-            part[i][c] = DotQuads(part[i][c], codes, qb[s][i]);
+#pragma GCC unroll 2
+        for (int t = 0; t < kTiles; ++t) {
+          __m512i codes;
+          if constexpr (kBits == 8) {
+            // Signed bytes (q8_0) read as code + 128, the unsigned operand of vpdpbusd; the
+            // caller takes 128 x (the query's sum) back off.
+            codes = _mm512_xor_si512(col[t][m], _mm512_set1_epi8(static_cast<char>(0x80)));
+          } else if (slot == 0) {
+            codes = _mm512_and_si512(col[t][m], mask);
           } else {
-            const int8_t* q = qp + stride * i + kSeg * slot + 4 * m;
-            part[i][c] = DotQuadsBroadcast(part[i][c], codes, q);
+            codes = _mm512_and_si512(_mm512_srli_epi16(col[t][m], kBits * slot), mask);
+          }
+#pragma GCC unroll 8
+          for (int i = 0; i < NQ; ++i) {
+            if constexpr (kRegs) {
+              part[t][i][c] = DotQuads(part[t][i][c], codes, qb[s][i]);
+            } else {
+              const int8_t* q = qp + stride * i + kSeg * slot + 4 * m;
+              part[t][i][c] = DotQuadsBroadcast(part[t][i][c], codes, q);
+            }
           }
         }
       }
     }
   }
-  // acc[i][g]: group g's sum (kGroups = 2), or the row's sum in two halves (kGroups = 1).
-  SumChains<NQ, kChains, kGroups>(part, acc);
+  // acc[t][i][g]: group g's sum (kGroups = 2), or the row's sum in two halves (kGroups = 1).
+#pragma GCC unroll 2
+  for (int t = 0; t < kTiles; ++t) SumChains<NQ, kChains, kGroups>(part[t], acc[t]);
+}
+
+// One tile: ColumnDotsTiles with kTiles = 1.
+template <int kBits, int NQ, int kW, int kGroups, bool kRegs>
+KVPACK_BLOCK_INLINE void ColumnDots(const __m512i (&col)[kW], const int8_t* qp, size_t stride,
+                                    __m512i (&acc)[NQ][2]) {
+  ColumnDotsTiles<kBits, NQ, kW, kGroups, kRegs, 1>(
+      reinterpret_cast<const __m512i(&)[1][kW]>(col), qp, stride,
+      reinterpret_cast<__m512i(&)[1][NQ][2]>(acc));
 }
 
 // acc += two int16 x int16 products per 32-bit lane, the two int16 the dword at q in every
@@ -540,6 +565,23 @@ KVPACK_BLOCK_INLINE void PrepareQueries16(const uint16_t* params, size_t n, cons
   }
 }
 
+// A tile's scores from its dot sums: alpha * dot, then + x . min (CombineCodeDots' two
+// roundings), for query row i with alpha[i * a_ld] and xmin[i * a_ld]; the rows `live` of the
+// tile stored at scores + i * ld.
+template <int NQ>
+KVPACK_BLOCK_INLINE void StoreBlockScores(const __m512i (&acc)[NQ][2], const float* alpha,
+                                          const float* xmin, size_t a_ld, __mmask16 live,
+                                          float* scores, size_t ld) {
+#pragma GCC unroll 8
+  for (int i = 0; i < NQ; ++i) {
+    const __m512i dot = _mm512_add_epi32(acc[i][0], acc[i][1]);
+    const __m512 v = _mm512_add_ps(
+        _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(alpha[i * a_ld])),
+        _mm512_set1_ps(xmin[i * a_ld]));
+    _mm512_mask_storeu_ps(scores + i * ld, live, v);
+  }
+}
+
 // Query rows [0, NQ) against blocks [0, n_blocks), kPhaseBlocks at a time in two phases: first
 // every block's int8 query (PrepareQueries16: a chain of reductions and divisions per query
 // with no work to overlap it inside one 32-token block), then every block's rows. Block j:
@@ -583,7 +625,22 @@ KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
       }
       const size_t r0 = static_cast<size_t>(starts[j0 + j]);
       const size_t r1 = static_cast<size_t>(starts[j0 + j + 1]);
-      for (size_t t0 = r0; t0 < r1; t0 += 16) {
+      size_t t0 = r0;
+      if constexpr (kBits == 2 && kD == 64) {
+        // Two whole tiles at a time while the block has them (ColumnDotsTiles).
+        for (; t0 + 32 <= r1; t0 += 32) {
+          __m512i col[2][S::kW];
+          LoadTile<S::kW, S::kRowBytes>(rows + t0 * S::kRowBytes, 16, col[0]);
+          LoadTile<S::kW, S::kRowBytes>(rows + (t0 + 16) * S::kRowBytes, 16, col[1]);
+          __m512i acc[2][NQ][2];
+          ColumnDotsTiles<kBits, NQ, S::kW, 1, true, 2>(col, qp[j][0], kD, acc);
+          StoreBlockScores<NQ>(acc[0], &alpha[0][j], &xmin[0][j], kPhase, 0xffff,
+                               scores + t0, ld);
+          StoreBlockScores<NQ>(acc[1], &alpha[0][j], &xmin[0][j], kPhase, 0xffff,
+                               scores + t0 + 16, ld);
+        }
+      }
+      for (; t0 < r1; t0 += 16) {
         const size_t left = std::min<size_t>(16, r1 - t0);
         __m512i col[S::kW];
         LoadTile<S::kW, S::kRowBytes>(rows + t0 * S::kRowBytes, left, col);
@@ -593,16 +650,8 @@ KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
         } else {
           ColumnDots<kBits, NQ, S::kW, 1, true>(col, qp[j][0], kD, acc);
         }
-        const __mmask16 live = static_cast<__mmask16>((1u << left) - 1);
-#pragma GCC unroll 8
-        for (int i = 0; i < NQ; ++i) {
-          // alpha * dot, then + x . min: CombineCodeDots' two roundings.
-          const __m512i dot = _mm512_add_epi32(acc[i][0], acc[i][1]);
-          const __m512 v = _mm512_add_ps(
-              _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(alpha[i][j])),
-              _mm512_set1_ps(xmin[i][j]));
-          _mm512_mask_storeu_ps(scores + i * ld + t0, live, v);
-        }
+        StoreBlockScores<NQ>(acc, &alpha[0][j], &xmin[0][j], kPhase,
+                             static_cast<__mmask16>((1u << left) - 1), scores + t0, ld);
       }
     }
   }
