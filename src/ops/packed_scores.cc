@@ -627,7 +627,8 @@ KVPACK_BLOCK_ATTR void BlocksPass(const uint8_t* rows, const uint16_t* params,
       const size_t r1 = static_cast<size_t>(starts[j0 + j + 1]);
       size_t t0 = r0;
       if constexpr (kBits == 2 && kD == 64) {
-        // Two whole tiles at a time while the block has them (ColumnDotsTiles).
+        // Two whole tiles at a time while the block has them (ColumnDotsTiles). Only rows of
+        // 4 dwords: two tiles of 8 (4-bit, or d = 128) would need 16 registers of columns.
         for (; t0 + 32 <= r1; t0 += 32) {
           __m512i col[2][S::kW];
           LoadTile<S::kW, S::kRowBytes>(rows + t0 * S::kRowBytes, 16, col[0]);
