@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/step_breakdown.h"
+
 namespace kvpack {
 namespace {
 
@@ -57,14 +59,23 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   start_cv_.notify_all();
   RunChunks(job, 0);
   const uint32_t n_chunks = job.n_chunks;
+  if (done_.load(std::memory_order_acquire) == n_chunks) return;
   // Only chunks that another thread claimed (and is running) remain: spin briefly, then
-  // yield, so that a preempted worker gets the core back.
+  // yield, so that a preempted worker gets the core back. The wait is reported to a step
+  // breakdown (core/step_breakdown.h) when one is timing a part on this thread.
+  const bool timed = StepPartActive();
+  const auto wait_start = timed ? std::chrono::steady_clock::now()
+                                : std::chrono::steady_clock::time_point{};
   for (int spins = 0; done_.load(std::memory_order_acquire) != n_chunks; ++spins) {
     if (spins < 4096) {
       CpuRelax();
     } else {
       std::this_thread::yield();
     }
+  }
+  if (timed) {
+    AddPoolWait(std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start)
+                    .count());
   }
 }
 

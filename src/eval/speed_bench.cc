@@ -8,6 +8,7 @@
 #include "core/aligned_buffer.h"
 #include "core/huge_page_arena.h"
 #include "core/huge_pages.h"
+#include "core/step_breakdown.h"
 #include "core/thread_pool.h"
 #include "kv/spec.h"
 #include "model/llama_forward.h"
@@ -196,6 +197,25 @@ double TimeTokens(Timed& t, std::span<const int32_t> tokens, bool one_by_one, St
          std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// The parts of the repeat whose rate is the median (the lower middle one), per step.
+DecodeBreakdown MedianRepeatBreakdown(const std::vector<double>& rates,
+                                      const std::vector<StepBreakdown>& parts, int64_t n_decode) {
+  std::vector<size_t> order(rates.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rates[a] < rates[b]; });
+  const size_t m = order[(order.size() - 1) / 2];
+  const StepBreakdown& b = parts[m];
+  const double n = static_cast<double>(n_decode);
+  DecodeBreakdown d;
+  d.step_s = 1.0 / rates[m];
+  d.products_s = b.Seconds(StepPart::kProducts) / n;
+  d.products_wait_s = b.WaitSeconds(StepPart::kProducts) / n;
+  d.attention_s = b.Seconds(StepPart::kAttention) / n;
+  d.attention_wait_s = b.WaitSeconds(StepPart::kAttention) / n;
+  d.append_s = b.Seconds(StepPart::kAppend) / n;
+  return d;
+}
+
 }  // namespace
 
 Result<std::vector<SpeedPoint>> MeasureSpeed(std::shared_ptr<const LlamaModel> model,
@@ -254,11 +274,18 @@ Result<std::vector<SpeedPoint>> MeasureSpeed(std::shared_ptr<const LlamaModel> m
         round[s].kv_bits_per_value = m.bits_per_value();
       }
       Status status;
+      std::vector<std::vector<StepBreakdown>> parts(specs.size());
       for (int r = 0; r < o.repeats; ++r) {
         for (size_t s = 0; s < specs.size(); ++s) {
           for (auto& t : tokens) t = tok(rng);
-          rates[s].push_back(TimeTokens(*timed[s], tokens, true, status));
+          StepBreakdown b;
+          {
+            // Inactive (every mark a no-op) unless the options ask for the breakdown.
+            const StepBreakdownScope scope(o.breakdown ? &b : nullptr);
+            rates[s].push_back(TimeTokens(*timed[s], tokens, true, status));
+          }
           KVPACK_RETURN_IF_ERROR(status);
+          parts[s].push_back(b);
         }
       }
       double arena_used = 0.0, arena_huge = 0.0;
@@ -274,6 +301,9 @@ Result<std::vector<SpeedPoint>> MeasureSpeed(std::shared_ptr<const LlamaModel> m
         round[s].prefill_tok_s = TimeTokens(*timed[s], prompt, false, status);
         KVPACK_RETURN_IF_ERROR(status);
         round[s].decode_tok_s = Median(rates[s]);
+        if (o.breakdown) {
+          round[s].breakdown = MedianRepeatBreakdown(rates[s], parts[s], o.n_decode);
+        }
         round[s].bytes_per_token = weight_bytes + round[s].kv_bytes;
         points.push_back(round[s]);
       }

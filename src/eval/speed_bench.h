@@ -24,6 +24,16 @@
 
 namespace kvpack {
 
+// Where one decode step's time went on the calling thread (core/step_breakdown.h), in
+// seconds per step, for the repeat whose decode rate is the median (the lower of the two
+// middle ones for an even count); the rest of the step is step_s less the three parts.
+struct DecodeBreakdown {
+  double step_s = 0.0;
+  double products_s = 0.0, products_wait_s = 0.0;    // weight products, of which waiting
+  double attention_s = 0.0, attention_wait_s = 0.0;  // attention, of which waiting
+  double append_s = 0.0;                             // the cache's appends and eviction
+};
+
 struct SpeedPoint {
   std::string kv_spec;
   int n_threads = 1;
@@ -37,6 +47,7 @@ struct SpeedPoint {
   // all the point's caches (they are held at once); zero where the arena is off.
   double arena_used_bytes = 0.0;  // buffers in it
   double arena_huge_bytes = 0.0;  // of its chunks, bytes in 2 MiB pages (-1: unknown)
+  DecodeBreakdown breakdown;      // when SpeedOptions::breakdown (else zeros)
 };
 
 struct SpeedOptions {
@@ -47,6 +58,7 @@ struct SpeedOptions {
   int64_t n_decode = 32;
   int64_t n_batch = 512;  // prefill chunk used to fill the caches
   int repeats = 3;
+  bool breakdown = false;  // also time the decode steps' parts (SpeedPoint::breakdown)
 };
 
 Result<std::vector<SpeedPoint>> MeasureSpeed(std::shared_ptr<const LlamaModel> model,

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/step_breakdown.h"
 #include "kv/attention.h"
 #include "kv/attention_stats.h"
 #include "ops/nn.h"
@@ -87,13 +88,19 @@ Status LlamaForward(const LlamaModel& model, const int32_t* tokens, const int32_
       ApplyRopeAngles(&s.q[t * c.q_dim()], c.n_heads, c.head_dim, cos, sin, rope);
       ApplyRopeAngles(&s.k[t * c.kv_dim()], c.n_kv_heads, c.head_dim, cos, sin, rope);
     }
-    Attend(cache, l, chunk, s.att.data(), pool);
-    if (needs.attention) {
-      AccumulateAttentionStats(cache, l, chunk, pos, cache.StatsRequest(l, n), &stats, pool);
+    {
+      const StepPartTimer timer(StepPart::kAttention);
+      Attend(cache, l, chunk, s.att.data(), pool);
+      if (needs.attention) {
+        AccumulateAttentionStats(cache, l, chunk, pos, cache.StatsRequest(l, n), &stats, pool);
+      }
     }
-    KVPACK_RETURN_IF_ERROR(cache.Append(l, s.k.data(), s.v.data(), pos, n));
-    if (needs.attention) cache.ObserveAttention(l, stats);
-    KVPACK_RETURN_IF_ERROR(cache.ApplyPolicy(l));
+    {
+      const StepPartTimer timer(StepPart::kAppend);
+      KVPACK_RETURN_IF_ERROR(cache.Append(l, s.k.data(), s.v.data(), pos, n));
+      if (needs.attention) cache.ObserveAttention(l, stats);
+      KVPACK_RETURN_IF_ERROR(cache.ApplyPolicy(l));
+    }
     MatMul(L.wo, s.att.data(), n, s.tmp.data(), pool);
     AddInPlace(s.tmp.data(), s.x.data(), n * E);
 

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/half.h"
+#include "core/step_breakdown.h"
 #include "ops/ggml_quants.h"
 #include "ops/q8_0_dot.h"
 #include "ops/vec.h"
@@ -65,6 +66,7 @@ float DotWeightRow(const WeightMatrix& w, int64_t row, const float* x, float* sc
 
 void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, ThreadPool* pool) {
   KVPACK_CHECK(pool != nullptr);
+  const StepPartTimer timer(StepPart::kProducts);
   if (w.type == GgmlType::kQ8_0) {
     MatMulQ8_0(w, x, n_tok, y, pool);
     return;

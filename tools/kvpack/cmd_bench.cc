@@ -54,6 +54,24 @@ void PrintCachePages(const std::vector<SpeedPoint>& points) {
   }
 }
 
+// Where a decode step's time goes on the calling thread (eval/speed_bench.h,
+// DecodeBreakdown): milliseconds per step of the median repeat.
+void PrintBreakdown(const std::vector<SpeedPoint>& points) {
+  std::printf("\nwhere a decode step goes on the calling thread (ms per step, the median repeat; "
+              "waits are for the pool's workers):\n"
+              "| kv | threads | depth | step | weight products | of which waiting | attention | "
+              "of which waiting | appends | rest |\n"
+              "|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const SpeedPoint& p : points) {
+    const DecodeBreakdown& b = p.breakdown;
+    const double rest = b.step_s - b.products_s - b.attention_s - b.append_s;
+    std::printf("| %s | %d | %lld | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n",
+                p.kv_spec.c_str(), p.n_threads, static_cast<long long>(p.depth), 1e3 * b.step_s,
+                1e3 * b.products_s, 1e3 * b.products_wait_s, 1e3 * b.attention_s,
+                1e3 * b.attention_wait_s, 1e3 * b.append_s, 1e3 * rest);
+  }
+}
+
 }  // namespace
 
 Runner RegisterBench(CLI::App& app) {
@@ -61,6 +79,7 @@ Runner RegisterBench(CLI::App& app) {
     std::string model, depths = "0,512,2048", threads = "1,2", kv = "f16";
     int64_t n_prefill = 128, n_decode = 32, n_batch = 512;
     int repeats = 3;
+    bool breakdown = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -74,6 +93,9 @@ Runner RegisterBench(CLI::App& app) {
   cmd->add_option("-b,--batch", args->n_batch, "prefill chunk used to fill the caches")
       ->capture_default_str();
   cmd->add_option("-r,--repeats", args->repeats, "repeats (median reported)")->capture_default_str();
+  cmd->add_flag("--breakdown", args->breakdown,
+                "also print where a decode step's time goes on the calling thread (weight "
+                "products, attention, appends, the rest; of the median repeat)");
 
   return [args]() -> int {
     auto model = LlamaModel::Load(args->model);
@@ -88,6 +110,7 @@ Runner RegisterBench(CLI::App& app) {
     o.n_decode = args->n_decode;
     o.repeats = args->repeats;
     o.n_batch = args->n_batch;
+    o.breakdown = args->breakdown;
     if (o.n_batch < 1 || o.depths.empty() || o.threads.empty() || o.kv_specs.empty() || o.repeats < 1 ||
         o.n_prefill < 1 || o.n_decode < 1) {
       return ReportError(InvalidArgument("empty or invalid list in the bench options"));
@@ -116,6 +139,7 @@ Runner RegisterBench(CLI::App& app) {
                   FormatBytes(p.bytes_per_token).c_str(), 100.0 * p.decode_tok_s / roof,
                   100.0 * p.decode_tok_s / read_roof);
     }
+    if (o.breakdown) PrintBreakdown(*points);
     PrintWeightPages((*model)->file());
     PrintCachePages(*points);
     for (int t : o.threads) {
