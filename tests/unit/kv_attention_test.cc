@@ -1,7 +1,9 @@
 // Attention through the codec seam against the double-precision two-pass oracle, and the
 // plain codecs' storage contract.
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -61,7 +63,37 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, AttendTest,
     ::testing::Values(Case{"f32", 0, 1, 1}, Case{"f32", 0, 40, 2}, Case{"f32", 300, 1, 1},
                       Case{"f32", 3000, 1, 2}, Case{"f16", 3000, 3, 2}, Case{"bf16", 700, 20, 2},
-                      Case{"k=f16 v=f32", 1100, 17, 2}));
+                      Case{"k=f16 v=f32", 1100, 17, 2}, Case{"f16", 3000, 1, 3},
+                      Case{"f32", 1500, 40, 3}));
+
+// The thread pool's chunks are claimed, not assigned (core/thread_pool.h): the same call must
+// give the same bits every time, whatever thread ran which chunk (a long cache in segments,
+// and many row blocks).
+TEST(AttendDeterminismTest, SameBitsWhicheverThreadRunsAnItem) {
+  const int n_kv = 2, n_heads = 6, d = 16;
+  for (const auto& [spec, n_cached, n_rows] :
+       {std::tuple{"kivi:bits=2", int64_t{3000}, int64_t{1}},
+        std::tuple{"f16", int64_t{3000}, int64_t{1}}, std::tuple{"f32", int64_t{600}, int64_t{70}}}) {
+    SCOPED_TRACE(spec);
+    std::mt19937 rng(7);
+    Result<std::unique_ptr<KvCache>> cache = KvCache::Create({1, n_kv, d}, spec);
+    ASSERT_TRUE(cache.ok()) << cache.status().message();
+    auto k = RandomVector(n_cached * n_kv * d, rng), v = RandomVector(n_cached * n_kv * d, rng);
+    std::vector<int32_t> p(n_cached);
+    for (int32_t i = 0; i < n_cached; ++i) p[i] = i;
+    ASSERT_TRUE((*cache)->Append(0, k.data(), v.data(), p.data(), n_cached).ok());
+    auto q = RandomVector(n_rows * n_heads * d, rng, 2.0f);
+    auto kc = RandomVector(n_rows * n_kv * d, rng), vc = RandomVector(n_rows * n_kv * d, rng);
+    AttentionChunk chunk{q.data(), kc.data(), vc.data(), n_rows, n_heads, 0.25f};
+    ThreadPool pool(3);
+    std::vector<float> first(n_rows * n_heads * d), out(first.size());
+    Attend(**cache, 0, chunk, first.data(), &pool);
+    for (int rep = 0; rep < 40; ++rep) {
+      Attend(**cache, 0, chunk, out.data(), &pool);
+      ASSERT_EQ(0, std::memcmp(first.data(), out.data(), out.size() * sizeof(float))) << rep;
+    }
+  }
+}
 
 TEST(PlainCodecTest, StoresExactlyAndAccountsBytes) {
   const int n_kv = 3, d = 8;
