@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kv/codec_registry.h"
 #include "kv/eviction_policy_positions.h"
 #include "kv/policy_registry.h"
+#include "ops/vec.h"
 
 namespace kvpack {
 
@@ -55,11 +57,14 @@ Status KvCache::Append(int layer, const float* k, const float* v, const int32_t*
   // Check both inputs before touching either store: a store that already flushed its
   // residual cannot be rolled back exactly, so keys and values must fail together.
   const int64_t n_values = n * shape_.n_kv_heads * shape_.head_dim;
-  for (int64_t i = 0; i < n_values; ++i) {
-    if (!std::isfinite(k[i]) || !std::isfinite(v[i])) {
-      return InvalidArgument(std::string("non-finite value in the ") +
-                             (std::isfinite(k[i]) ? "values" : "keys") + " of layer " +
-                             std::to_string(layer));
+  constexpr float kFinite = std::numeric_limits<float>::max();
+  if (AnyAbsAbove(k, n_values, kFinite) || AnyAbsAbove(v, n_values, kFinite)) {
+    for (int64_t i = 0; i < n_values; ++i) {
+      if (!std::isfinite(k[i]) || !std::isfinite(v[i])) {
+        return InvalidArgument(std::string("non-finite value in the ") +
+                               (std::isfinite(k[i]) ? "values" : "keys") + " of layer " +
+                               std::to_string(layer));
+      }
     }
   }
   if (policy_ && !sequence_begun_) KVPACK_RETURN_IF_ERROR(BeginSequence({.n_prompt = n}));

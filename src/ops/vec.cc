@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -519,6 +520,24 @@ void AxpyRowsBF16Impl(const float* p, size_t n_q, size_t ld, const uint16_t* row
 
 // Four running maxima: one waited for the last max at every vector (attention's 1024-score
 // tiles, 9 query rows x 30 layers a decode step of the 135M model, were 1% of a KIVI-2 step).
+bool AnyAbsAboveImpl(const float* x, size_t n, float limit) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const auto vlimit = hn::Set(d, limit);
+  // Lanes where !(|x| <= limit), or-ed; NaN compares false.
+  auto bad = hn::Zero(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto ok = hn::Le(hn::Abs(hn::LoadU(d, x + i)), vlimit);
+    bad = hn::Or(bad, hn::IfThenZeroElse(ok, hn::Set(d, 1.0f)));
+  }
+  if (!hn::AllTrue(d, hn::Eq(bad, hn::Zero(d)))) return true;
+  for (; i < n; ++i) {
+    if (!(std::fabs(x[i]) <= limit)) return true;
+  }
+  return false;
+}
+
 float MaxF32Impl(const float* x, size_t n) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
@@ -644,6 +663,7 @@ HWY_EXPORT(AxpyF16Impl);
 HWY_EXPORT(ConvertF32ToF16Impl);
 HWY_EXPORT(ConvertF16ToF32Impl);
 HWY_EXPORT(TargetNameImpl);
+HWY_EXPORT(AnyAbsAboveImpl);
 HWY_EXPORT(MaxF32Impl);
 HWY_EXPORT(ExpSubtractSumImpl);
 HWY_EXPORT(SwiGluImpl);
@@ -708,6 +728,9 @@ void ConvertF32ToF16(const float* src, uint16_t* dst, size_t n) {
 }
 void ConvertF16ToF32(const uint16_t* src, float* dst, size_t n) {
   HWY_DYNAMIC_DISPATCH(ConvertF16ToF32Impl)(src, dst, n);
+}
+bool AnyAbsAbove(const float* x, size_t n, float limit) {
+  return HWY_DYNAMIC_DISPATCH(AnyAbsAboveImpl)(x, n, limit);
 }
 float MaxF32(const float* x, size_t n) { return HWY_DYNAMIC_DISPATCH(MaxF32Impl)(x, n); }
 float ExpSubtractSum(float* x, size_t n, float shift) {

@@ -54,6 +54,12 @@ void AxpyRowsBF16(const float* p, size_t n_q, size_t ld, const uint16_t* rows, s
 void ConvertF32ToF16(const float* src, uint16_t* dst, size_t n);
 void ConvertF16ToF32(const uint16_t* src, float* dst, size_t n);
 
+// Whether some x[i] (i < n) fails |x[i]| <= limit: NaN always does, +-inf does below an
+// infinite limit. Input validation (the caches' Append): one pass of vector loads, all in
+// flight at once, where a scalar loop that stops at the first bad value had K/V rows come in
+// a few lines at a time (docs/performance-history.md, session 48).
+bool AnyAbsAbove(const float* x, size_t n, float limit);
+
 // Softmax pieces: the largest of x[0..n) (-inf when n == 0), and x[i] = exp(x[i] - shift)
 // in place returning the sum of the results, within 4 ulp where e^-87 <= the result <= e^88;
 // below that 0 (-inf inputs give 0), above it +inf, NaN stays NaN.

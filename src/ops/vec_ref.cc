@@ -62,6 +62,13 @@ void ConvertF16ToF32Ref(const uint16_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = Fp16ToFp32(src[i]);
 }
 
+bool AnyAbsAboveRef(const float* x, size_t n, float limit) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!(std::fabs(x[i]) <= limit)) return true;
+  }
+  return false;
+}
+
 float MaxF32Ref(const float* x, size_t n) {
   float m = -std::numeric_limits<float>::infinity();
   for (size_t i = 0; i < n; ++i) m = std::max(m, x[i]);

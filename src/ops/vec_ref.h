@@ -16,6 +16,7 @@ void AxpyF16Ref(float s, const uint16_t* x, float* y, size_t n);
 void AxpyBF16Ref(float s, const uint16_t* x, float* y, size_t n);
 void ConvertF32ToF16Ref(const float* src, uint16_t* dst, size_t n);
 void ConvertF16ToF32Ref(const uint16_t* src, float* dst, size_t n);
+bool AnyAbsAboveRef(const float* x, size_t n, float limit);
 float MaxF32Ref(const float* x, size_t n);
 float ExpSubtractSumRef(float* x, size_t n, float shift);
 void SwiGluF32Ref(const float* gate, const float* up, size_t n, float* out);

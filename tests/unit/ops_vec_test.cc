@@ -227,6 +227,38 @@ TEST(VecTest, RowTileKernelsMatchPerRowReference) {
 namespace kvpack {
 namespace {
 
+// The validation scan against its twin: every length around the vector width, a bad value
+// (NaN, +-inf, or a finite one above the limit) at every position, and none.
+TEST(VecValidation, AnyAbsAboveMatchesTheTwin) {
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(-100.0f, 100.0f);
+    const float inf = std::numeric_limits<float>::infinity();
+    for (size_t n : {0, 1, 7, 15, 16, 17, 33, 64, 65, 192}) {
+      std::vector<float> x(n);
+      for (auto& v : x) v = u(rng);
+      for (float limit : {100.0f, 65504.0f, std::numeric_limits<float>::max(), inf}) {
+        EXPECT_EQ(AnyAbsAbove(x.data(), n, limit), AnyAbsAboveRef(x.data(), n, limit)) << n;
+      }
+      EXPECT_FALSE(AnyAbsAbove(x.data(), n, std::numeric_limits<float>::max()));
+      for (size_t at = 0; at < n; ++at) {
+        for (float bad : {std::nanf(""), inf, -inf, -70000.0f}) {
+          std::vector<float> y = x;
+          y[at] = bad;
+          const float limit = 65504.0f;
+          ASSERT_TRUE(AnyAbsAbove(y.data(), n, limit)) << n << " " << at << " " << bad;
+          ASSERT_EQ(AnyAbsAbove(y.data(), n, std::numeric_limits<float>::max()),
+                    AnyAbsAboveRef(y.data(), n, std::numeric_limits<float>::max()));
+          ASSERT_EQ(AnyAbsAbove(y.data(), n, inf), AnyAbsAboveRef(y.data(), n, inf));
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 // Softmax pieces against the scalar twins: max exactly; exp within 4 ulp of std::exp
 // (the kernel's exp measured 1.75 ulp at worst over [-87, 8]), -inf to 0, sums within n ulps
 // of the sum; on every SIMD target this CPU runs.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "core/aligned_buffer.h"
@@ -76,11 +77,9 @@ class PlainStore final : public ComponentStore {
 
   Status Append(const float* rows, int64_t n_tokens) override {
     const int64_t row_len = static_cast<int64_t>(shape_.n_kv_heads) * shape_.head_dim;
-    for (int64_t i = 0; i < n_tokens * row_len; ++i) {
-      if (!std::isfinite(rows[i])) {
-        return InvalidArgument("non-finite value in the " + ComponentName() + " of layer " +
-                               std::to_string(shape_.layer));
-      }
+    if (AnyAbsAbove(rows, n_tokens * row_len, std::numeric_limits<float>::max())) {
+      return InvalidArgument("non-finite value in the " + ComponentName() + " of layer " +
+                             std::to_string(shape_.layer));
     }
     const size_t d = shape_.head_dim;
     for (int h = 0; h < shape_.n_kv_heads; ++h) {

@@ -73,12 +73,10 @@ float HqqZero(const float* x, int64_t n, int64_t stride, float inv_scale, float 
 }  // namespace
 
 Status CheckQuantInput(const float* x, int64_t n, const StoreShape& shape, bool fp16_range) {
-  // One branch-free pass (NaN and +-inf fail the comparison); the message's search only when
+  // One vector pass (NaN and +-inf fail the comparison); the message's search only when
   // something failed.
   const float limit = fp16_range ? kMaxQuantInput : std::numeric_limits<float>::max();
-  bool bad = false;
-  for (int64_t i = 0; i < n; ++i) bad |= !(std::fabs(x[i]) <= limit);
-  if (!bad) return Status::Ok();
+  if (!AnyAbsAbove(x, static_cast<size_t>(std::max<int64_t>(n, 0)), limit)) return Status::Ok();
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
     if (!std::isfinite(v)) {
