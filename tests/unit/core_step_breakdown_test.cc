@@ -25,13 +25,18 @@ TEST(StepBreakdownTest, NothingIsRecordedWithoutAScope) {
     EXPECT_FALSE(StepPartActive());
     AddPoolWait(1.0);  // ignored: no breakdown
   }
+  // An inactive scope (the bench's default) inside an active one turns the marks off.
   StepBreakdown b;
   {
-    const StepBreakdownScope off(nullptr);  // an inactive scope, as the bench's default
+    const StepBreakdownScope on(&b);
+    const StepBreakdownScope off(nullptr);
     const StepPartTimer timer(StepPart::kProducts);
     EXPECT_FALSE(StepPartActive());
+    AddPoolWait(1.0);
+    std::this_thread::sleep_for(milliseconds(1));
   }
   EXPECT_EQ(b.PartsSeconds(), 0.0);
+  EXPECT_EQ(b.WaitSeconds(StepPart::kProducts), 0.0);
 }
 
 TEST(StepBreakdownTest, APartAddsAtLeastItsLifetime) {
