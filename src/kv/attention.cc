@@ -5,13 +5,11 @@
 #include <limits>
 #include <vector>
 
+#include "kv/attention_plan.h"
 #include "ops/vec.h"
 
 namespace kvpack {
 namespace {
-
-constexpr int64_t kRowBlock = 16;       // query rows per work item
-constexpr int64_t kMinSegment = 512;    // shortest token segment worth its own work item
 
 // Online-softmax state of n_q query vectors.
 struct SoftmaxState {
@@ -46,13 +44,6 @@ void FoldTile(SoftmaxState& st, float* s, int n_q, int64_t n, int head_dim) {
   }
 }
 
-struct WorkItem {
-  int kv_head;
-  int64_t row0, row1;   // query rows of the chunk
-  int64_t t0, t1;       // cached token segment
-  bool fresh;           // also attends to the chunk's own K/V
-};
-
 }  // namespace
 
 int64_t AttentionTileTokens(int n_q) {
@@ -68,24 +59,11 @@ void Attend(const KvCache& cache, int layer, const AttentionChunk& chunk, float*
   const ComponentStore& keys = cache.keys(layer);
   const ComponentStore& values = cache.values(layer);
 
-  // Plan work items: split rows into blocks; when there are few items, split long caches
-  // into segments (flash-decoding) and merge their softmax states afterwards.
-  const int64_t n_row_blocks = (chunk.n_rows + kRowBlock - 1) / kRowBlock;
-  std::vector<WorkItem> items;
-  std::vector<int> n_segments(n_kv);
-  for (int g = 0; g < n_kv; ++g) {
-    const int64_t n_cached = cache.n_tokens(layer, g);
-    const int64_t want = (2 * pool->n_threads() + n_kv * n_row_blocks - 1) / (n_kv * n_row_blocks);
-    int64_t segs = std::clamp<int64_t>(std::min(want, n_cached / kMinSegment), 1, 64);
-    n_segments[g] = static_cast<int>(segs);
-    for (int64_t rb = 0; rb < n_row_blocks; ++rb) {
-      const int64_t r0 = rb * kRowBlock, r1 = std::min(chunk.n_rows, r0 + kRowBlock);
-      for (int64_t s = 0; s < segs; ++s) {
-        const int64_t t0 = n_cached * s / segs, t1 = n_cached * (s + 1) / segs;
-        items.push_back({g, r0, r1, t0, t1, s == segs - 1});
-      }
-    }
-  }
+  const int64_t n_row_blocks = (chunk.n_rows + kAttentionRowBlock - 1) / kAttentionRowBlock;
+  std::vector<int64_t> n_cached(n_kv);
+  for (int g = 0; g < n_kv; ++g) n_cached[g] = cache.n_tokens(layer, g);
+  const AttentionPlan plan = PlanAttention(n_cached, chunk.n_rows, pool->n_threads());
+  const std::vector<AttentionWorkItem>& items = plan.items;
   std::vector<SoftmaxState> states(items.size());
 
   // The chunk's own keys and values, one contiguous block of rows per KV head, so that the
@@ -99,10 +77,12 @@ void Attend(const KvCache& cache, int layer, const AttentionChunk& chunk, float*
     }
   }
 
-  pool->ParallelFor(static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end, int) {
+  const int64_t n_shares = static_cast<int64_t>(plan.share_first.size()) - 1;
+  pool->ParallelFor(n_shares, 1, [&](int64_t share_begin, int64_t share_end, int) {
     std::vector<float> qbuf, sbuf;
+    const int64_t begin = plan.share_first[share_begin], end = plan.share_first[share_end];
     for (int64_t w = begin; w < end; ++w) {
-      const WorkItem& it = items[w];
+      const AttentionWorkItem& it = items[w];
       const int64_t n_rows = it.row1 - it.row0;
       const int n_q = static_cast<int>(n_rows) * n_rep;
       // Gather the group's queries, pre-scaled: qbuf[(r * n_rep + j), :] = q[r, g*n_rep+j, :].
@@ -131,7 +111,7 @@ void Attend(const KvCache& cache, int layer, const AttentionChunk& chunk, float*
         if (t1 < it.t1) {
           keys.Prefetch(it.kv_head, t1, std::min(it.t1, t1 + tile));
         } else if (w + 1 < end) {
-          const WorkItem& next = items[w + 1];
+          const AttentionWorkItem& next = items[w + 1];
           keys.Prefetch(next.kv_head, next.t0, std::min(next.t1, next.t0 + tile));
         }
         values.Accumulate(it.kv_head, sbuf.data(), n_q, t0, t1, st.acc.data());
@@ -164,10 +144,11 @@ void Attend(const KvCache& cache, int layer, const AttentionChunk& chunk, float*
   size_t w = 0;
   for (int g = 0; g < n_kv; ++g) {
     for (int64_t rb = 0; rb < n_row_blocks; ++rb) {
-      const int64_t r0 = rb * kRowBlock, r1 = std::min(chunk.n_rows, r0 + kRowBlock);
+      const int64_t r0 = rb * kAttentionRowBlock;
+      const int64_t r1 = std::min(chunk.n_rows, r0 + kAttentionRowBlock);
       const int n_q = static_cast<int>(r1 - r0) * n_rep;
       SoftmaxState& total = states[w];
-      for (int s = 1; s < n_segments[g]; ++s) {
+      for (int s = 1; s < plan.n_segments[g]; ++s) {
         const SoftmaxState& part = states[w + s];
         for (int qi = 0; qi < n_q; ++qi) {
           const float mx = std::max(total.m[qi], part.m[qi]);
@@ -187,7 +168,7 @@ void Attend(const KvCache& cache, int layer, const AttentionChunk& chunk, float*
         float* o = out + (r * chunk.n_heads + h) * d;
         for (int c = 0; c < d; ++c) o[c] = total.acc[qi * d + c] * inv;
       }
-      w += n_segments[g];
+      w += plan.n_segments[g];
     }
   }
 }

@@ -5,7 +5,8 @@
 //
 // Design goals: no float copy of the cache; GQA handled by scoring all query heads of a KV
 // head group against one pass over its keys; parallel over KV heads, query-row blocks and
-// (for long caches and few rows) token segments whose partial softmax states are merged.
+// token segments whose partial softmax states are merged (kv/attention_plan.h: a decode
+// step's shares of equal tokens per thread).
 #ifndef KVPACK_KV_ATTENTION_H_
 #define KVPACK_KV_ATTENTION_H_
 

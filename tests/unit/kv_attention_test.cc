@@ -66,6 +66,48 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"k=f16 v=f32", 1100, 17, 2}, Case{"f16", 3000, 1, 3},
                       Case{"f32", 1500, 40, 3}));
 
+// A decode step's shares (kv/attention_plan.h) cut heads of unequal length, empty ones
+// included, at points that depend on the thread count: every count gives the oracle's output.
+TEST(AttendTest, DecodeSharesOfUnequalHeadsMatchReference) {
+  const int n_kv = 3, n_heads = 6, d = 16;
+  for (const char* spec : {"f32", "f16"}) {
+    for (const auto& kept : {std::vector<int64_t>{1400, 1400, 1400},
+                             std::vector<int64_t>{1400, 0, 700},
+                             std::vector<int64_t>{90, 1400, 5}}) {
+      std::mt19937 rng(11);
+      Result<std::unique_ptr<KvCache>> cache = KvCache::Create({1, n_kv, d}, spec);
+      ASSERT_TRUE(cache.ok()) << cache.status().message();
+      const int64_t n = 1400;
+      auto k = RandomVector(n * n_kv * d, rng), v = RandomVector(n * n_kv * d, rng);
+      std::vector<int32_t> p(n);
+      for (int32_t i = 0; i < n; ++i) p[i] = i;
+      ASSERT_TRUE((*cache)->Append(0, k.data(), v.data(), p.data(), n).ok());
+      for (int g = 0; g < n_kv; ++g) {
+        std::vector<int64_t> keep;
+        for (int64_t t = 0; t < kept[g]; ++t) keep.push_back(t * n / kept[g]);
+        ASSERT_TRUE((*cache)->Retain(0, g, keep).ok());
+        ASSERT_EQ((*cache)->n_tokens(0, g), kept[g]);
+      }
+      for (int64_t rows : {1, 3}) {
+        auto q = RandomVector(rows * n_heads * d, rng, 2.0f);
+        auto kc = RandomVector(rows * n_kv * d, rng), vc = RandomVector(rows * n_kv * d, rng);
+        AttentionChunk chunk{q.data(), kc.data(), vc.data(), rows, n_heads, 0.25f};
+        std::vector<float> ref(rows * n_heads * d), out(ref.size());
+        AttendRef(**cache, 0, chunk, ref.data());
+        for (int threads : {1, 2, 3, 8}) {
+          SCOPED_TRACE(::testing::Message() << spec << " heads " << kept[0] << "/" << kept[1]
+                                            << "/" << kept[2] << " rows " << rows
+                                            << " threads " << threads);
+          ThreadPool pool(threads);
+          Attend(**cache, 0, chunk, out.data(), &pool);
+          // The bound of MatchesReference above.
+          for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 1e-4f) << i;
+        }
+      }
+    }
+  }
+}
+
 // The thread pool's chunks are claimed, not assigned (core/thread_pool.h): the same call must
 // give the same bits every time, whatever thread ran which chunk (a long cache in segments,
 // and many row blocks).
@@ -73,7 +115,8 @@ TEST(AttendDeterminismTest, SameBitsWhicheverThreadRunsAnItem) {
   const int n_kv = 2, n_heads = 6, d = 16;
   for (const auto& [spec, n_cached, n_rows] :
        {std::tuple{"kivi:bits=2", int64_t{3000}, int64_t{1}},
-        std::tuple{"f16", int64_t{3000}, int64_t{1}}, std::tuple{"f32", int64_t{600}, int64_t{70}}}) {
+        std::tuple{"f16", int64_t{3000}, int64_t{1}},
+        std::tuple{"f32", int64_t{600}, int64_t{70}}}) {
     SCOPED_TRACE(spec);
     std::mt19937 rng(7);
     Result<std::unique_ptr<KvCache>> cache = KvCache::Create({1, n_kv, d}, spec);
