@@ -7,6 +7,7 @@
 #include "ops/code_dot.h"
 #include "ops/code_dot_i16.h"
 #include "ops/code_unpack.h"
+#include "ops/group_quantize.h"
 #include "ops/packed_scores.h"
 #include "ops/prefetch.h"
 #include "ops/vec.h"
@@ -23,10 +24,27 @@ void ChannelBlocks::AppendBlock(const float* x, int64_t n, int64_t ld) {
   params_.Resize((b + 1) * 2 * d_);
   uint16_t* sc = &params_[b * 2 * d_];
   uint16_t* mn = sc + d_;
-  for (int c = 0; c < d_; ++c) {
-    const GroupParams gp = QuantizeGroup(x + c, n, ld, bits_, method_, codes.data() + c, d_);
-    sc[c] = gp.scale;
-    mn[c] = gp.min;
+  if (method_ == QuantMethod::kMinMax) {
+    // Every channel at once (ops/group_quantize.h): the same parameters and codes as
+    // QuantizeGroup per channel, whose strided scalar loops made a block flush about 10 us a
+    // head (docs/performance-history.md, session 49).
+    std::vector<float> lo(d_), hi(d_), min(d_), inv(d_);
+    ColumnMinMaxF32(x, n, ld, d_, lo.data(), hi.data());
+    const float top = static_cast<float>((1 << bits_) - 1);
+    for (int c = 0; c < d_; ++c) {
+      const GroupCoder coder = GroupCoderOf(lo[c], (hi[c] - lo[c]) / top);
+      sc[c] = coder.params.scale;
+      mn[c] = coder.params.min;
+      min[c] = coder.min;
+      inv[c] = coder.inv;
+    }
+    QuantizeColumnsU8(x, n, ld, d_, min.data(), inv.data(), top, codes.data());
+  } else {
+    for (int c = 0; c < d_; ++c) {
+      const GroupParams gp = QuantizeGroup(x + c, n, ld, bits_, method_, codes.data() + c, d_);
+      sc[c] = gp.scale;
+      mn[c] = gp.min;
+    }
   }
   codes_.Resize((n_rows_ + n) * row_bytes_);
   for (int64_t t = 0; t < n; ++t) {

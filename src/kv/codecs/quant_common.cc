@@ -9,6 +9,7 @@
 #include "ops/code_dot.h"
 #include "ops/code_dot_i16.h"
 #include "ops/code_dot_i8.h"
+#include "ops/group_quantize.h"
 #include "ops/vec.h"
 
 namespace kvpack {
@@ -94,47 +95,54 @@ Status CheckQuantInput(const float* x, int64_t n, const StoreShape& shape, bool 
   return Status::Ok();
 }
 
+GroupCoder GroupCoderOf(float lo, float scale) {
+  GroupCoder coder;
+  coder.params.min = Fp32ToFp16(lo);
+  coder.params.scale = ToFp16Saturated(scale);
+  const float s = Fp16ToFp32(coder.params.scale);
+  coder.min = Fp16ToFp32(coder.params.min);
+  if (!(s > 0.0f)) {  // zero range (or a scale below fp16's resolution): decode to min
+    coder.params.scale = 0;
+    return coder;
+  }
+  coder.inv = 1.0f / s;
+  return coder;
+}
+
 GroupParams QuantizeGroup(const float* x, int64_t n, int64_t stride, int bits, QuantMethod method,
                           uint8_t* codes, int64_t code_stride) {
   const int qmax = (1 << bits) - 1;
-  float mn = std::numeric_limits<float>::infinity(), mx = -mn;
-  for (int64_t i = 0; i < n; ++i) {
-    mn = std::min(mn, x[i * stride]);
-    mx = std::max(mx, x[i * stride]);
+  float mn = 0.0f, mx = 0.0f;
+  if (n > 0 && stride == 1) {
+    MinMaxF32(x, static_cast<size_t>(n), &mn, &mx);  // vector passes: ops/group_quantize.h
+  } else if (n > 0) {
+    mn = mx = x[0];
+    for (int64_t i = 1; i < n; ++i) {
+      mn = std::min(mn, x[i * stride]);
+      mx = std::max(mx, x[i * stride]);
+    }
+    mn += 0.0f;  // a zero extreme is +0, as MinMaxF32 gives it
+    mx += 0.0f;
   }
-  GroupParams gp;
   float lo = mn;
-  float scale = (mx - mn) / static_cast<float>(qmax);
+  const float scale = (mx - mn) / static_cast<float>(qmax);
   if (method == QuantMethod::kHqq && scale > 0.0f) {
     const float inv = 1.0f / scale;
     const float zero = HqqZero(x, n, stride, inv, -mn * inv, qmax);
     lo = -zero * scale;
   }
-  gp.min = Fp32ToFp16(lo);
-  gp.scale = ToFp16Saturated(scale);
-  const float s = Fp16ToFp32(gp.scale), m = Fp16ToFp32(gp.min);
-  if (!(s > 0.0f)) {  // zero range (or a scale below fp16's resolution): decode to min
-    gp.scale = 0;
+  const GroupCoder coder = GroupCoderOf(lo, scale);
+  const float top = static_cast<float>(qmax);
+  if (coder.inv == 0.0f) {
     for (int64_t i = 0; i < n; ++i) codes[i * code_stride] = 0;
-    return gp;
-  }
-  const float inv = 1.0f / s, top = static_cast<float>(qmax);
-  // round-to-nearest-even(clamp(v, 0, qmax)), which equals clamping nearbyint(v) (the bounds are
-  // integers), by adding and taking away 1.5 * 2^23: exact for |v| < 2^22 in the default
-  // rounding mode, and inline and vectorisable where the libm call of nearbyint is neither
-  // (with it, QuantizeGroup was a third of an 8-bit cache's per-token append; kv_codec_bench
-  // AppendToken/flexgen:bits=8 1.07 -> 0.57 us, KIVI-4 1.43 -> 1.11).
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
-  const auto code_of = [&](float xi) {
-    const float v = std::min(std::max((xi - m) * inv, 0.0f), top);
-    return static_cast<uint8_t>((v + kRound) - kRound);
-  };
-  if (stride == 1 && code_stride == 1) {
-    for (int64_t i = 0; i < n; ++i) codes[i] = code_of(x[i]);
+  } else if (stride == 1 && code_stride == 1) {
+    QuantizeCodesU8(x, static_cast<size_t>(n), coder.min, coder.inv, top, codes);
   } else {
-    for (int64_t i = 0; i < n; ++i) codes[i * code_stride] = code_of(x[i * stride]);
+    for (int64_t i = 0; i < n; ++i) {
+      codes[i * code_stride] = QuantizeCode(x[i * stride], coder.min, coder.inv, top);
+    }
   }
-  return gp;
+  return coder.params;
 }
 
 void PackCodes(const uint8_t* codes, int64_t n, int bits, uint8_t* dst) {

@@ -62,6 +62,16 @@ constexpr float kMaxQuantInput = 65504.0f;
 // or (when `fp16_range`) larger in magnitude than kMaxQuantInput.
 Status CheckQuantInput(const float* x, int64_t n, const StoreShape& shape, bool fp16_range);
 
+// The coder of a group with the given min and min-max scale (METHODS.md 0): its stored fp16
+// parameters, and the min and inverse scale its codes are computed against, the fp16-rounded
+// ones (inv 0 when the stored scale is 0: every code 0). Codes: QuantizeCode
+// (ops/group_quantize.h).
+struct GroupCoder {
+  GroupParams params;
+  float min = 0.0f, inv = 0.0f;
+};
+GroupCoder GroupCoderOf(float lo, float scale);
+
 // Q_b over x[i * stride], i < n: writes codes[i * code_stride] (unpacked, one per byte) and
 // returns the fp16 parameters. Codes are computed against the fp16-rounded scale and min, so
 // decoding the stored form gives |x - x^| <= scale/2 + the fp16 rounding of scale and min.
