@@ -16,6 +16,7 @@
 
 #include "core/half.h"
 #include "kv/codecs/quant_common.h"
+#include "ops/code_unpack.h"
 
 namespace kvpack {
 namespace {
@@ -118,6 +119,29 @@ TEST(QuantizeGroupTest, CodesFollowTheRoundingRuleExactly) {
     }
   }
   EXPECT_GT(ties, 100);
+}
+
+// PackCodes writes the LSB-first stream that ops/code_unpack.h reads: every width, lengths
+// that end inside a byte, the padding bits of the last byte zero, the bytes past it untouched.
+TEST(PackCodesTest, UnpackReadsBackEveryWidthAndLength) {
+  std::mt19937 rng(9);
+  for (int bits = 1; bits <= 8; ++bits) {
+    for (int64_t n : {1, 2, 3, 5, 7, 8, 9, 31, 64, 67, 130}) {
+      std::vector<uint8_t> codes(n), back(n);
+      for (auto& c : codes) c = static_cast<uint8_t>(rng() % (1u << bits));
+      const int64_t bytes = PackedBytes(n, bits);
+      std::vector<uint8_t> packed(bytes + 2, 0xa5);
+      PackCodes(codes.data(), n, bits, packed.data());
+      UnpackCodesU8Ref(packed.data(), 0, n, bits, back.data());
+      ASSERT_EQ(back, codes) << "bits " << bits << " n " << n;
+      const int used = static_cast<int>((n * bits) % 8);
+      if (used != 0) {
+        EXPECT_EQ(packed[bytes - 1] >> used, 0) << "bits " << bits << " n " << n;
+      }
+      EXPECT_EQ(packed[bytes], 0xa5);
+      EXPECT_EQ(packed[bytes + 1], 0xa5);
+    }
+  }
 }
 
 }  // namespace

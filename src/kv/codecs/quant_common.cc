@@ -71,6 +71,26 @@ float HqqZero(const float* x, int64_t n, int64_t stride, float inv_scale, float 
   return best_zero;
 }
 
+// PackCodes for widths that divide 8: a fixed number of codes per byte, so the compiler
+// unrolls and vectorises the loop.
+template <int kBits>
+void PackWholeBytes(const uint8_t* codes, int64_t n, uint8_t* dst) {
+  constexpr int kPerByte = 8 / kBits;
+  const int64_t full = n / kPerByte;
+  for (int64_t j = 0; j < full; ++j) {
+    uint32_t b = 0;
+    for (int i = 0; i < kPerByte; ++i) {
+      b |= static_cast<uint32_t>(codes[j * kPerByte + i]) << (i * kBits);
+    }
+    dst[j] = static_cast<uint8_t>(b);
+  }
+  uint32_t b = 0;
+  for (int64_t i = full * kPerByte; i < n; ++i) {
+    b |= static_cast<uint32_t>(codes[i]) << ((i - full * kPerByte) * kBits);
+  }
+  if (full * kPerByte < n) dst[full] = static_cast<uint8_t>(b);
+}
+
 }  // namespace
 
 Status CheckQuantInput(const float* x, int64_t n, const StoreShape& shape, bool fp16_range) {
@@ -146,11 +166,16 @@ GroupParams QuantizeGroup(const float* x, int64_t n, int64_t stride, int bits, Q
 }
 
 void PackCodes(const uint8_t* codes, int64_t n, int bits, uint8_t* dst) {
-  std::memset(dst, 0, PackedBytes(n, bits));
   if (bits == 8) {
     std::memcpy(dst, codes, n);
     return;
   }
+  // 1, 2 or 4 bits: whole codes per byte, a byte at a time (the bit-position loop below made
+  // a 2-bit key block's packing about 6 of its 9 us, docs/performance-history.md, session 49).
+  if (bits == 1) return PackWholeBytes<1>(codes, n, dst);
+  if (bits == 2) return PackWholeBytes<2>(codes, n, dst);
+  if (bits == 4) return PackWholeBytes<4>(codes, n, dst);
+  std::memset(dst, 0, PackedBytes(n, bits));
   int64_t pos = 0;
   for (int64_t i = 0; i < n; ++i, pos += bits) {
     const uint32_t v = static_cast<uint32_t>(codes[i]) << (pos & 7);
