@@ -82,15 +82,7 @@ void ColumnMinMaxF32Impl(const float* x, size_t n, size_t ld, size_t dim, float*
     hn::StoreU(hn::Add(lo, zero), d, mn + c);
     hn::StoreU(hn::Add(hi, zero), d, mx + c);
   }
-  for (; c < dim; ++c) {
-    float lo = x[c], hi = x[c];
-    for (size_t r = 1; r < n; ++r) {
-      lo = std::min(lo, x[r * ld + c]);
-      hi = std::max(hi, x[r * ld + c]);
-    }
-    mn[c] = lo + 0.0f;
-    mx[c] = hi + 0.0f;
-  }
+  if (c < dim) ColumnMinMaxF32Ref(x + c, n, ld, dim - c, mn + c, mx + c);
 }
 
 void QuantizeColumnsU8Impl(const float* x, size_t n, size_t ld, size_t dim, const float* min,
