@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -16,6 +15,7 @@
 #include "core/half.h"
 #include "ops/prefetch.h"
 #include "ops/query_chunks.h"
+#include "ops/vec_ref.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvpack {
@@ -532,10 +532,7 @@ bool AnyAbsAboveImpl(const float* x, size_t n, float limit) {
     bad = hn::Or(bad, hn::IfThenZeroElse(ok, hn::Set(d, 1.0f)));
   }
   if (!hn::AllTrue(d, hn::Eq(bad, hn::Zero(d)))) return true;
-  for (; i < n; ++i) {
-    if (!(std::fabs(x[i]) <= limit)) return true;
-  }
-  return false;
+  return AnyAbsAboveRef(x + i, n - i, limit);  // the tail, by the twin's loop
 }
 
 // Four running maxima: one waited for the last max at every vector (attention's 1024-score
