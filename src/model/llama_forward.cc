@@ -73,9 +73,11 @@ Status LlamaForward(const LlamaModel& model, const int32_t* tokens, const int32_
   for (int l = 0; l < c.n_layers; ++l) {
     const LlamaLayerWeights& L = w.layers[l];
     for (int64_t t = 0; t < n; ++t) RmsNorm(&s.x[t * E], L.attn_norm.data, c.rms_eps, E, &s.xn[t * E]);
-    MatMul(L.wq, s.xn.data(), n, s.q.data(), pool);
-    MatMul(L.wk, s.xn.data(), n, s.k.data(), pool);
-    MatMul(L.wv, s.xn.data(), n, s.v.data(), pool);
+    {
+      const WeightMatrix* const qkv[] = {&L.wq, &L.wk, &L.wv};
+      float* const out[] = {s.q.data(), s.k.data(), s.v.data()};
+      MatMulShared(qkv, s.xn.data(), n, out, pool);
+    }
     AddBias(L.bq, n, s.q.data());
     AddBias(L.bk, n, s.k.data());
     AddBias(L.bv, n, s.v.data());
@@ -105,8 +107,11 @@ Status LlamaForward(const LlamaModel& model, const int32_t* tokens, const int32_
     AddInPlace(s.tmp.data(), s.x.data(), n * E);
 
     for (int64_t t = 0; t < n; ++t) RmsNorm(&s.x[t * E], L.ffn_norm.data, c.rms_eps, E, &s.xn[t * E]);
-    MatMul(L.w_gate, s.xn.data(), n, s.gate.data(), pool);
-    MatMul(L.w_up, s.xn.data(), n, s.up.data(), pool);
+    {
+      const WeightMatrix* const gate_up[] = {&L.w_gate, &L.w_up};
+      float* const out[] = {s.gate.data(), s.up.data()};
+      MatMulShared(gate_up, s.xn.data(), n, out, pool);
+    }
     SwiGlu(s.gate.data(), s.up.data(), n * c.n_ff, s.gate.data());
     MatMul(L.w_down, s.gate.data(), n, s.tmp.data(), pool);
     AddInPlace(s.tmp.data(), s.x.data(), n * E);

@@ -16,26 +16,39 @@ namespace {
 
 constexpr int64_t kRowTile = 16;  // weight rows dequantized together during prefill
 
-// q8_0 weights with ggml's numerics (ops/q8_0_dot.h): each token's activations quantized
-// once, then integer block products; many tokens share each 16-row tile while it is cached.
-void MatMulQ8_0(const WeightMatrix& w, const float* x, int64_t n_tok, float* y,
-                ThreadPool* pool) {
-  thread_local Q8_0Activations xq;  // the calling thread's; the workers only read it
-  xq.Quantize(x, n_tok, w.n_in);
-  const Q8_0Activations& xr = xq;
+// Rows [begin, end) of q8_0 matrix w against the quantized tokens: one token's rows in one
+// kernel call (decode), or tiles of kRowTile rows that every token shares while they are
+// cached (prefill).
+void Q8_0Rows(const WeightMatrix& w, const Q8_0Activations& xq, int64_t n_tok, int64_t begin,
+              int64_t end, float* y) {
   if (n_tok == 1) {
-    pool->ParallelFor(w.n_out, 8, [&](int64_t begin, int64_t end, int) {
-      DotQ8_0Q8_0Rows(w.data + begin * w.row_bytes, w.row_bytes, end - begin, xr, 0, y + begin);
-    });
+    DotQ8_0Q8_0Rows(w.data + begin * w.row_bytes, w.row_bytes, end - begin, xq, 0, y + begin);
     return;
   }
-  pool->ParallelFor(w.n_out, kRowTile, [&](int64_t begin, int64_t end, int) {
-    for (int64_t o0 = begin; o0 < end; o0 += kRowTile) {
-      const int64_t n_rows = std::min(kRowTile, end - o0);
-      for (int64_t t = 0; t < n_tok; ++t) {
-        DotQ8_0Q8_0Rows(w.data + o0 * w.row_bytes, w.row_bytes, n_rows, xr, t,
-                        y + t * w.n_out + o0);
-      }
+  for (int64_t o0 = begin; o0 < end; o0 += kRowTile) {
+    const int64_t n_rows = std::min(kRowTile, end - o0);
+    for (int64_t t = 0; t < n_tok; ++t) {
+      DotQ8_0Q8_0Rows(w.data + o0 * w.row_bytes, w.row_bytes, n_rows, xq, t,
+                      y + t * w.n_out + o0);
+    }
+  }
+}
+
+// q8_0 weights with ggml's numerics (ops/q8_0_dot.h): each token's activations quantized
+// once for every matrix of the group, then integer block products over the matrices' rows
+// laid end to end, cut into one chunk per thread.
+void MatMulQ8_0(std::span<const WeightMatrix* const> ws, const float* x, int64_t n_tok,
+                std::span<float* const> ys, ThreadPool* pool) {
+  thread_local Q8_0Activations xq;  // the calling thread's; the workers only read it
+  xq.Quantize(x, n_tok, ws[0]->n_in);
+  const Q8_0Activations& xr = xq;
+  int64_t n_rows = 0;
+  for (const WeightMatrix* w : ws) n_rows += w->n_out;
+  pool->ParallelFor(n_rows, n_tok == 1 ? 8 : kRowTile, [&](int64_t begin, int64_t end, int) {
+    int64_t first = 0;  // the group's row index of matrix i's row 0
+    for (size_t i = 0; i < ws.size() && first < end; first += ws[i]->n_out, ++i) {
+      const int64_t b = std::max(begin, first), e = std::min(end, first + ws[i]->n_out);
+      if (b < e) Q8_0Rows(*ws[i], xr, n_tok, b - first, e - first, ys[i]);
     }
   });
 }
@@ -68,7 +81,9 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, Thre
   KVPACK_CHECK(pool != nullptr);
   const StepPartTimer timer(StepPart::kProducts);
   if (w.type == GgmlType::kQ8_0) {
-    MatMulQ8_0(w, x, n_tok, y, pool);
+    const WeightMatrix* const ws[] = {&w};
+    float* const ys[] = {y};
+    MatMulQ8_0(ws, x, n_tok, ys, pool);
     return;
   }
   if (n_tok == 1) {
@@ -96,6 +111,22 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, Thre
       }
     }
   });
+}
+
+void MatMulShared(std::span<const WeightMatrix* const> ws, const float* x, int64_t n_tok,
+                  std::span<float* const> ys, ThreadPool* pool) {
+  KVPACK_CHECK(pool != nullptr && !ws.empty() && ws.size() == ys.size());
+  bool all_q8_0 = true;
+  for (const WeightMatrix* w : ws) {
+    KVPACK_CHECK(w->n_in == ws[0]->n_in);
+    all_q8_0 = all_q8_0 && w->type == GgmlType::kQ8_0;
+  }
+  if (!all_q8_0) {
+    for (size_t i = 0; i < ws.size(); ++i) MatMul(*ws[i], x, n_tok, ys[i], pool);
+    return;
+  }
+  const StepPartTimer timer(StepPart::kProducts);
+  MatMulQ8_0(ws, x, n_tok, ys, pool);
 }
 
 void MatMulRef(const WeightMatrix& w, const float* x, int64_t n_tok, float* y) {

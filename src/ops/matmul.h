@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "core/ggml_type.h"
 #include "core/thread_pool.h"
@@ -27,6 +28,15 @@ struct WeightMatrix {
 // y[t, o] = sum_i x[t, i] * W[o, i]
 //   x: [n_tok, n_in] row-major; y: [n_tok, n_out] row-major.
 void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, ThreadPool* pool);
+
+// y_i[t, o] = sum_k x[t, k] * W_i[o, k] for several matrices of one input (a layer's Q, K
+// and V products, or its gate and up): q8_0 matrices share one quantization of x and one
+// parallel pass over all their rows, so that a decode step pays one fork-join for the group
+// instead of one per matrix (other types: MatMul per matrix). Every y_i is bit for bit what
+// MatMul gives it: a row's product does not depend on which rows share its call.
+//   ws[i]: n_in columns each; x: [n_tok, n_in]; ys[i]: [n_tok, ws[i]->n_out].
+void MatMulShared(std::span<const WeightMatrix* const> ws, const float* x, int64_t n_tok,
+                  std::span<float* const> ys, ThreadPool* pool);
 
 // q8_0 weights take ggml's numerics: each token's activations are quantized to q8_0 blocks
 // and multiplied block by block in integers (ops/q8_0_dot.h), in prefill and decode alike.
