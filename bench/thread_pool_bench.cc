@@ -1,7 +1,9 @@
 // The cost of one fork-join of core/thread_pool.h: ParallelFor over n elements with trivial
 // work (one add per element), so that the time is the pool's hand-off, the workers' claims and
-// the caller's wait. A decode step makes about 240 of them (8 per layer of SmolLM2-135M's
-// shape, docs/performance-history.md, session 35).
+// the caller's wait. A decode step makes about 150 of them (5 per layer of SmolLM2-135M's
+// shape since session 50, 8 before; docs/performance-history.md, sessions 35 and 50). With
+// no work in the blocks both threads race for every block, and each claim moves a cache line
+// between the cores: this is the pool's worst case, not a decode step's.
 //   build/release/bench/thread_pool_bench --benchmark_repetitions=5
 //     --benchmark_report_aggregates_only=true
 // ForkJoin/<threads>/<n>: n 576 (SmolLM2-135M's embedding rows, with the decode products'

@@ -20,7 +20,8 @@ inline void CpuRelax() {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(std::max(1, n_threads)), claims_(static_cast<size_t>(n_threads_)) {
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
 }
 
@@ -33,40 +34,54 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
+int ThreadPool::Job::BlocksOf(int t) const {
+  return static_cast<int>(std::min<int64_t>(kBlocksPerShare, ShareGrain(t + 1) - ShareGrain(t)));
+}
+
+int64_t ThreadPool::Job::BlockStart(int t, int b) const {
+  const int64_t g0 = ShareGrain(t), g = ShareGrain(t + 1) - g0;
+  return std::min(n, (g0 + b * g / BlocksOf(t)) * grain);
+}
+
 void ThreadPool::ParallelFor(int64_t n, int64_t grain,
                              const std::function<void(int64_t, int64_t, int)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
-  int64_t chunk = (n + n_threads_ - 1) / n_threads_;
-  chunk = (chunk + grain - 1) / grain * grain;
-  if (n_threads_ == 1 || chunk >= n) {
+  const int64_t n_grains = (n + grain - 1) / grain;
+  if (n_threads_ == 1 || n_grains == 1) {
     fn(0, n, 0);
     return;
   }
   Job job;
   job.fn = &fn;
   job.n = n;
-  job.chunk = chunk;
-  job.n_chunks = static_cast<uint32_t>((n + chunk - 1) / chunk);
+  job.grain = grain;
+  job.n_grains = n_grains;
+  job.n_shares = n_threads_;
+  uint32_t n_blocks = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     job.generation = static_cast<uint32_t>(generation_.load(std::memory_order_relaxed) + 1);
     job_ = job;
     done_.store(0, std::memory_order_relaxed);
-    ticket_.store(static_cast<uint64_t>(job.generation) << 32, std::memory_order_relaxed);
+    for (int t = 0; t < n_threads_; ++t) {
+      const uint64_t blocks = static_cast<uint64_t>(job.BlocksOf(t));
+      n_blocks += static_cast<uint32_t>(blocks);
+      claims_[t].word.store(static_cast<uint64_t>(job.generation) << 32 | blocks,
+                            std::memory_order_relaxed);
+    }
     generation_.fetch_add(1, std::memory_order_release);
   }
   start_cv_.notify_all();
-  RunChunks(job, 0);
-  const uint32_t n_chunks = job.n_chunks;
-  if (done_.load(std::memory_order_acquire) == n_chunks) return;
-  // Only chunks that another thread claimed (and is running) remain: spin briefly, then
+  const uint32_t ran = RunBlocks(job, 0);
+  if (done_.fetch_add(ran, std::memory_order_acq_rel) + ran == n_blocks) return;
+  // Only blocks that another thread claimed (and is running) remain: spin briefly, then
   // yield, so that a preempted worker gets the core back. The wait is reported to a step
   // breakdown (core/step_breakdown.h) when one is timing a part on this thread.
   const bool timed = StepPartActive();
   const auto wait_start = timed ? std::chrono::steady_clock::now()
                                 : std::chrono::steady_clock::time_point{};
-  for (int spins = 0; done_.load(std::memory_order_acquire) != n_chunks; ++spins) {
+  for (int spins = 0; done_.load(std::memory_order_acquire) != n_blocks; ++spins) {
     if (spins < 4096) {
       CpuRelax();
     } else {
@@ -79,19 +94,47 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   }
 }
 
-void ThreadPool::RunChunks(const Job& job, int thread_index) {
-  const uint64_t tag = static_cast<uint64_t>(job.generation) << 32;
+// A claim is a compare-and-swap on the share's word, valid only while the word carries the
+// job's generation and front < back.
+bool ThreadPool::ClaimFront(const Job& job, int share, int* block) {
+  std::atomic<uint64_t>& word = claims_[share].word;
+  uint64_t w = word.load(std::memory_order_acquire);
   for (;;) {
-    uint64_t t = ticket_.load(std::memory_order_acquire);
-    uint32_t c;
-    do {
-      c = static_cast<uint32_t>(t);
-      if ((t & ~0xffffffffull) != tag || c >= job.n_chunks) return;
-    } while (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel));
-    const int64_t begin = static_cast<int64_t>(c) * job.chunk;
-    (*job.fn)(begin, std::min(job.n, begin + job.chunk), thread_index);
-    done_.fetch_add(1, std::memory_order_acq_rel);
+    const uint32_t front = (w >> 16) & 0xffff, back = w & 0xffff;
+    if ((w >> 32) != job.generation || front >= back) return false;
+    if (word.compare_exchange_weak(w, w + (uint64_t{1} << 16), std::memory_order_acq_rel)) {
+      *block = static_cast<int>(front);
+      return true;
+    }
   }
+}
+
+bool ThreadPool::ClaimBack(const Job& job, int share, int* block) {
+  std::atomic<uint64_t>& word = claims_[share].word;
+  uint64_t w = word.load(std::memory_order_acquire);
+  for (;;) {
+    const uint32_t front = (w >> 16) & 0xffff, back = w & 0xffff;
+    if ((w >> 32) != job.generation || front >= back) return false;
+    if (word.compare_exchange_weak(w, w - 1, std::memory_order_acq_rel)) {
+      *block = static_cast<int>(back - 1);
+      return true;
+    }
+  }
+}
+
+uint32_t ThreadPool::RunBlocks(const Job& job, int thread_index) {
+  uint32_t ran = 0;
+  int b;
+  const auto run = [&](int share) {
+    (*job.fn)(job.BlockStart(share, b), job.BlockStart(share, b + 1), thread_index);
+    ++ran;
+  };
+  while (ClaimFront(job, thread_index, &b)) run(thread_index);
+  for (int k = 1; k < job.n_shares; ++k) {
+    const int share = (thread_index + k) % job.n_shares;
+    while (ClaimBack(job, share, &b)) run(share);
+  }
+  return ran;
 }
 
 void ThreadPool::WorkerLoop(int index) {
@@ -111,7 +154,8 @@ void ThreadPool::WorkerLoop(int index) {
       seen = generation_.load();
       job = job_;
     }
-    RunChunks(job, index);
+    const uint32_t ran = RunBlocks(job, index);
+    if (ran) done_.fetch_add(ran, std::memory_order_acq_rel);
   }
 }
 

@@ -1,4 +1,6 @@
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -24,16 +26,42 @@ TEST(ThreadPoolTest, CoversTheRangeExactlyOnceManyTimes) {
   }
 }
 
-// Chunk boundaries (not which thread runs a chunk) decide results; they must not vary.
-TEST(ThreadPoolTest, ChunkBoundariesAreDeterministic) {
+// Block boundaries (not which thread runs a block) decide results; they must not vary.
+TEST(ThreadPoolTest, BlockBoundariesAreDeterministic) {
   ThreadPool pool(2);
+  // 1000 elements in grains of 8: 125 grains, shares of 62 and 63 grains (t * 125 / 2), each
+  // cut into 8 blocks that start at share grain + b * grains / 8.
+  std::vector<int> expected(1000, 0);
+  for (int g : {0, 7, 15, 23, 31, 38, 46, 54, 62, 69, 77, 85, 93, 101, 109, 117}) {
+    expected[g * 8] = 1;
+  }
   for (int rep = 0; rep < 100; ++rep) {
-    std::vector<int> start(100, 0);
-    pool.ParallelFor(100, 8, [&](int64_t b, int64_t, int) { start[b] = 1; });
-    std::vector<int> expected(100, 0);
-    expected[0] = expected[56] = 1;  // chunk = ceil(100 / 2) rounded up to 8 = 56
+    std::vector<int> start(1000, 0);
+    pool.ParallelFor(1000, 8, [&](int64_t b, int64_t, int) { start[b] = 1; });
     ASSERT_EQ(start, expected);
   }
+  // A share of fewer grains than blocks per share: one block per grain.
+  std::vector<int> start(100, 0), small(100, 0);
+  pool.ParallelFor(100, 8, [&](int64_t b, int64_t, int) { start[b] = 1; });
+  for (int g = 0; g < 13; ++g) small[g * 8] = 1;
+  EXPECT_EQ(start, small);
+}
+
+// A thread that is done with its own share takes over the blocks of one that is held up:
+// the caller's blocks take 1 ms each (time for the worker to wake and claim a block), the
+// worker sleeps 20 ms in the first block it claims, and the caller runs the rest of the
+// worker's share instead of waiting.
+TEST(ThreadPoolTest, AFreeThreadTakesOverAHeldUpShare) {
+  ThreadPool pool(2);
+  std::vector<int> runner(16, -1);
+  pool.ParallelFor(1600, 100, [&](int64_t b, int64_t, int t) {
+    runner[b / 100] = t;
+    std::this_thread::sleep_for(std::chrono::milliseconds(t == 1 ? 20 : 1));
+  });
+  for (int b = 0; b < 8; ++b) EXPECT_EQ(runner[b], 0) << b;  // the caller's own share
+  int taken_over = 0;
+  for (int b = 8; b < 16; ++b) taken_over += runner[b] == 0;
+  EXPECT_GE(taken_over, 7);  // the worker runs at most the one block it sleeps in
 }
 
 // A thread index is never used by two chunks at once: per-thread scratch stays private.
