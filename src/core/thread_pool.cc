@@ -95,28 +95,16 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
 }
 
 // A claim is a compare-and-swap on the share's word, valid only while the word carries the
-// job's generation and front < back.
-bool ThreadPool::ClaimFront(const Job& job, int share, int* block) {
+// job's generation and front < back: the front block (the owner's next) or the back one.
+bool ThreadPool::Claim(const Job& job, int share, bool from_back, int* block) {
   std::atomic<uint64_t>& word = claims_[share].word;
   uint64_t w = word.load(std::memory_order_acquire);
   for (;;) {
     const uint32_t front = (w >> 16) & 0xffff, back = w & 0xffff;
     if ((w >> 32) != job.generation || front >= back) return false;
-    if (word.compare_exchange_weak(w, w + (uint64_t{1} << 16), std::memory_order_acq_rel)) {
-      *block = static_cast<int>(front);
-      return true;
-    }
-  }
-}
-
-bool ThreadPool::ClaimBack(const Job& job, int share, int* block) {
-  std::atomic<uint64_t>& word = claims_[share].word;
-  uint64_t w = word.load(std::memory_order_acquire);
-  for (;;) {
-    const uint32_t front = (w >> 16) & 0xffff, back = w & 0xffff;
-    if ((w >> 32) != job.generation || front >= back) return false;
-    if (word.compare_exchange_weak(w, w - 1, std::memory_order_acq_rel)) {
-      *block = static_cast<int>(back - 1);
+    const uint64_t claimed = from_back ? w - 1 : w + (uint64_t{1} << 16);
+    if (word.compare_exchange_weak(w, claimed, std::memory_order_acq_rel)) {
+      *block = static_cast<int>(from_back ? back - 1 : front);
       return true;
     }
   }
@@ -129,10 +117,10 @@ uint32_t ThreadPool::RunBlocks(const Job& job, int thread_index) {
     (*job.fn)(job.BlockStart(share, b), job.BlockStart(share, b + 1), thread_index);
     ++ran;
   };
-  while (ClaimFront(job, thread_index, &b)) run(thread_index);
+  while (Claim(job, thread_index, false, &b)) run(thread_index);
   for (int k = 1; k < job.n_shares; ++k) {
     const int share = (thread_index + k) % job.n_shares;
-    while (ClaimBack(job, share, &b)) run(share);
+    while (Claim(job, share, true, &b)) run(share);
   }
   return ran;
 }

@@ -73,8 +73,8 @@ class ThreadPool {
   // Runs blocks of `job` (its own share's from the front, then others' from the back) until
   // none of its generation is left to claim; returns how many it ran.
   uint32_t RunBlocks(const Job& job, int thread_index);
-  bool ClaimFront(const Job& job, int share, int* block);
-  bool ClaimBack(const Job& job, int share, int* block);
+  // Claims share `share`'s front block (its owner's next) or its back one into *block.
+  bool Claim(const Job& job, int share, bool from_back, int* block);
 
   int n_threads_;
   std::vector<std::thread> workers_;
