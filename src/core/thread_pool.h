@@ -41,7 +41,7 @@ class ThreadPool {
   static constexpr int kBlocksPerShare = 8;
 
   // Calls fn(begin, end, thread_index) on disjoint contiguous blocks covering [0, n), whose
-  // boundaries are multiples of `grain` (BlockStarts). Blocks until all are done.
+  // boundaries are multiples of `grain` (Job::BlockStart below). Blocks until all are done.
   // thread_index < n_threads() identifies the executing thread (for per-thread scratch); a
   // thread may run several blocks one after the other, never two at once.
   void ParallelFor(int64_t n, int64_t grain,

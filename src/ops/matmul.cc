@@ -36,7 +36,7 @@ void Q8_0Rows(const WeightMatrix& w, const Q8_0Activations& xq, int64_t n_tok, i
 
 // q8_0 weights with ggml's numerics (ops/q8_0_dot.h): each token's activations quantized
 // once for every matrix of the group, then integer block products over the matrices' rows
-// laid end to end, cut into one chunk per thread.
+// laid end to end, which ParallelFor cuts into every thread's share of blocks.
 void MatMulQ8_0(std::span<const WeightMatrix* const> ws, const float* x, int64_t n_tok,
                 std::span<float* const> ys, ThreadPool* pool) {
   thread_local Q8_0Activations xq;  // the calling thread's; the workers only read it
