@@ -49,14 +49,15 @@ TEST(ThreadPoolTest, BlockBoundariesAreDeterministic) {
 
 // A thread that is done with its own share takes over the blocks of one that is held up:
 // the caller's blocks take 1 ms each (time for the worker to wake and claim a block), the
-// worker sleeps 20 ms in the first block it claims, and the caller runs the rest of the
-// worker's share instead of waiting.
+// worker sleeps 100 ms in the first block it claims (a wide margin over the caller's 8 ms,
+// even on a loaded machine), and the caller runs the rest of the worker's share instead of
+// waiting.
 TEST(ThreadPoolTest, AFreeThreadTakesOverAHeldUpShare) {
   ThreadPool pool(2);
   std::vector<int> runner(16, -1);
   pool.ParallelFor(1600, 100, [&](int64_t b, int64_t, int t) {
     runner[b / 100] = t;
-    std::this_thread::sleep_for(std::chrono::milliseconds(t == 1 ? 20 : 1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(t == 1 ? 100 : 1));
   });
   for (int b = 0; b < 8; ++b) EXPECT_EQ(runner[b], 0) << b;  // the caller's own share
   int taken_over = 0;
