@@ -62,7 +62,10 @@ void Attend(const KvCache& cache, int layer, const AttentionChunk& chunk, float*
   const int64_t n_row_blocks = (chunk.n_rows + kAttentionRowBlock - 1) / kAttentionRowBlock;
   std::vector<int64_t> n_cached(n_kv);
   for (int g = 0; g < n_kv; ++g) n_cached[g] = cache.n_tokens(layer, g);
-  const AttentionPlan plan = PlanAttention(n_cached, chunk.n_rows, pool->n_threads());
+  const AttentionPlan plan =
+      PlanAttention(n_cached, chunk.n_rows, pool->n_threads(), [&](int g, int64_t t) {
+        return keys.ReadCost(g, t) + values.ReadCost(g, t);
+      });
   const std::vector<AttentionWorkItem>& items = plan.items;
   std::vector<SoftmaxState> states(items.size());
 

@@ -31,8 +31,33 @@ AttentionPlan PlanRowBlocks(std::span<const int64_t> n_cached, int64_t n_rows, i
 // least kAttentionMinSegment tokens when there were fewer heads than twice the threads), a
 // decode step has fewer items: at depth 8192 SmolLM2's 3 KV heads on 2 threads are 4 items,
 // not 6 (docs/performance-history.md, session 49).
-AttentionPlan PlanTokenShares(std::span<const int64_t> n_cached, int64_t n_rows,
-                              int n_threads) {
+// Where the heads' tokens laid end to end (head g at base[g]) reach the fraction s / n_threads
+// of their cost: the last position whose cost before it is at most that much (with a cost
+// proportional to tokens, the token-even cut total * s / n_threads rounded down).
+int64_t EvenCut(std::span<const int64_t> n_cached, std::span<const int64_t> base,
+                const HeadReadCost& cost, int s, int n_threads) {
+  const int n_kv = static_cast<int>(n_cached.size());
+  if (!cost) return base[n_kv] * s / n_threads;
+  std::vector<double> whole(n_kv);
+  double total = 0.0;
+  for (int g = 0; g < n_kv; ++g) total += whole[g] = cost(g, n_cached[g]);
+  double left = total * s / n_threads;
+  int g = 0;
+  while (g < n_kv - 1 && left > whole[g]) left -= whole[g++];
+  int64_t lo = 0, hi = n_cached[g];  // the last t with cost(g, t) <= left is in [lo, hi]
+  while (lo < hi) {
+    const int64_t mid = hi - (hi - lo) / 2;
+    if (cost(g, mid) <= left) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return base[g] + lo;
+}
+
+AttentionPlan PlanTokenShares(std::span<const int64_t> n_cached, int64_t n_rows, int n_threads,
+                              const HeadReadCost& cost) {
   const int n_kv = static_cast<int>(n_cached.size());
   std::vector<int64_t> base(n_kv + 1, 0);  // head g holds [base[g], base[g + 1]) end to end
   for (int g = 0; g < n_kv; ++g) base[g + 1] = base[g] + n_cached[g];
@@ -40,7 +65,7 @@ AttentionPlan PlanTokenShares(std::span<const int64_t> n_cached, int64_t n_rows,
   std::vector<int64_t> cut(n_threads + 1, total);  // share s holds [cut[s], cut[s + 1])
   cut[0] = 0;
   for (int s = 1; s < n_threads; ++s) {
-    int64_t c = total * s / n_threads;
+    int64_t c = EvenCut(n_cached, base, cost, s, n_threads);
     // The head that c falls in (the last of any empty heads at c).
     const int g = static_cast<int>(std::upper_bound(base.begin(), base.end(), c) -
                                    base.begin()) - 1;
@@ -85,9 +110,10 @@ AttentionPlan PlanTokenShares(std::span<const int64_t> n_cached, int64_t n_rows,
 
 }  // namespace
 
-AttentionPlan PlanAttention(std::span<const int64_t> n_cached, int64_t n_rows, int n_threads) {
+AttentionPlan PlanAttention(std::span<const int64_t> n_cached, int64_t n_rows, int n_threads,
+                            const HeadReadCost& cost) {
   n_threads = std::max(1, n_threads);
-  if (n_rows <= kAttentionRowBlock) return PlanTokenShares(n_cached, n_rows, n_threads);
+  if (n_rows <= kAttentionRowBlock) return PlanTokenShares(n_cached, n_rows, n_threads, cost);
   return PlanRowBlocks(n_cached, n_rows, n_threads);
 }
 

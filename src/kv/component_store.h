@@ -87,6 +87,17 @@ class ComponentStore {
     (void)head, (void)t0, (void)t1;
   }
 
+  // The attention's cost model: what a Scores or Accumulate pass over tokens [0, t) of
+  // `head` reads, in fp16 rows of head_dim (an f16 token costs 1). A decode step's shares
+  // (kv/attention_plan.h) hold equal sums of the keys' and the values' costs. The default, 1
+  // a token, makes them shares of equal tokens whenever both stores read every token alike
+  // (whatever their bytes a token: a sum of two costs proportional to t is one); stores whose
+  // newest tokens stay in full precision behind quantized ones (KIVI, HF) override it.
+  virtual double ReadCost(int head, int64_t t) const {
+    (void)head;
+    return static_cast<double>(t);
+  }
+
   // Reconstruction of tokens [t0, t1) as floats (test oracle, error reports).
   //   out: [t1 - t0, head_dim].
   virtual void Decode(int head, int64_t t0, int64_t t1, float* out) const = 0;

@@ -1,5 +1,6 @@
 // The work plan of one Attend call (kv/attention_plan.h): every head's tokens covered once,
-// in order, by its items; shares of equal tokens for a decode step; the prompt-chunk plan.
+// in order, by its items; shares of equal tokens, or of equal cost, for a decode step; the
+// prompt-chunk plan.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -53,6 +54,13 @@ int64_t ShareTokens(const AttentionPlan& plan, size_t s) {
   return n;
 }
 
+// A KIVI-like head (kv/codecs/kivi_codec.cc): its first 400 tokens cost half of an fp16 row,
+// the rest (the full-precision residual) a whole one.
+double HalfThenWhole(int, int64_t t) {
+  const int64_t q = std::min<int64_t>(t, 400);
+  return 0.5 * static_cast<double>(q) + static_cast<double>(t - q);
+}
+
 TEST(AttentionPlanTest, DecodeSharesCoverEveryTokenAndBalanceTheThreads) {
   const std::vector<std::vector<int64_t>> caches = {
       {528, 528, 528}, {8200, 8200, 8200}, {600, 0, 250}, {0, 0, 0}, {5, 3000, 0, 40},
@@ -64,6 +72,15 @@ TEST(AttentionPlanTest, DecodeSharesCoverEveryTokenAndBalanceTheThreads) {
         SCOPED_TRACE(::testing::Message() << "heads " << n_cached.size() << " first "
                                           << n_cached[0] << " threads " << threads
                                           << " rows " << rows);
+        // With costs the shares' tokens differ; the covering and the pieces' rule hold.
+        const AttentionPlan by_cost = PlanAttention(n_cached, rows, threads, HalfThenWhole);
+        ExpectCoversEveryToken(by_cost, n_cached, rows);
+        ASSERT_EQ(by_cost.share_first.size(), static_cast<size_t>(threads) + 1);
+        for (const AttentionWorkItem& it : by_cost.items) {
+          if (it.t1 - it.t0 != n_cached[it.kv_head]) {
+            EXPECT_GE(it.t1 - it.t0, kAttentionMinPiece) << "head " << it.kv_head;
+          }
+        }
         const AttentionPlan plan = PlanAttention(n_cached, rows, threads);
         ExpectCoversEveryToken(plan, n_cached, rows);
         ASSERT_EQ(plan.share_first.size(), static_cast<size_t>(threads) + 1);
@@ -98,9 +115,15 @@ TEST(AttentionPlanTest, DecodeStepOfThreeHeadsOnTwoThreads) {
   EXPECT_EQ(plan.items[1].t1, 4100);
   EXPECT_FALSE(plan.items[1].fresh);
   EXPECT_TRUE(plan.items[2].fresh);
-  // At depth 528 half a head is shorter than kAttentionMinPiece: the boundary moves to the
-  // middle head's end (the nearer edge on a tie), two whole heads and one.
+  // At depth 528 too (halves of 264 tokens).
   n_cached = {528, 528, 528};
+  plan = PlanAttention(n_cached, 1, 2);
+  ASSERT_EQ(plan.items.size(), 4u);
+  EXPECT_EQ(plan.share_first, (std::vector<int64_t>{0, 2, 4}));
+  EXPECT_EQ(plan.items[1].t1, 264);
+  // At depth 200 half a head is shorter than kAttentionMinPiece: the boundary moves to the
+  // middle head's end (the nearer edge on a tie), two whole heads and one.
+  n_cached = {200, 200, 200};
   plan = PlanAttention(n_cached, 1, 2);
   ASSERT_EQ(plan.items.size(), 3u);
   EXPECT_EQ(plan.share_first, (std::vector<int64_t>{0, 2, 3}));
@@ -109,6 +132,50 @@ TEST(AttentionPlanTest, DecodeStepOfThreeHeadsOnTwoThreads) {
   n_cached = {900, 1000, 100};
   plan = PlanAttention(n_cached, 1, 2);
   EXPECT_EQ(plan.share_first, (std::vector<int64_t>{0, 1, 3}));
+}
+
+TEST(AttentionPlanTest, DecodeSharesOfEqualCost) {
+  // Each head costs 200 + 128 = 328, the threads 492 each: head 0 and the first 328 tokens
+  // of head 1 (164), then its last 200 (36 + 128) and head 2.
+  const std::vector<int64_t> n_cached = {528, 528, 528};
+  const AttentionPlan plan = PlanAttention(n_cached, 1, 2, HalfThenWhole);
+  ExpectCoversEveryToken(plan, n_cached, 1);
+  ASSERT_EQ(plan.items.size(), 4u);
+  EXPECT_EQ(plan.share_first, (std::vector<int64_t>{0, 2, 4}));
+  EXPECT_EQ(plan.items[1].t1, 328);
+  EXPECT_EQ(ShareTokens(plan, 0), 856);
+  EXPECT_EQ(ShareTokens(plan, 1), 728);
+  // A cut that the costs put closer than kAttentionMinPiece to a head's edge moves there:
+  // with the first 300 tokens free, the 128-token residuals hold all the cost and the even
+  // cut (half of head 1's residual) is 64 tokens from its end.
+  const std::vector<int64_t> short_tail = {428, 428, 428};
+  const AttentionPlan moved = PlanAttention(short_tail, 1, 2, [](int, int64_t t) {
+    return static_cast<double>(std::max<int64_t>(0, t - 300));
+  });
+  ExpectCoversEveryToken(moved, short_tail, 1);
+  EXPECT_EQ(moved.share_first, (std::vector<int64_t>{0, 2, 3}));
+}
+
+TEST(AttentionPlanTest, ACostProportionalToTokensGivesTheTokenPlan) {
+  const std::vector<std::vector<int64_t>> caches = {
+      {528, 528, 528}, {8200, 8200, 8201}, {600, 0, 250}, {0, 0, 0}, {5, 3000, 0, 40},
+      {1, 2, 3},       {10, 10, 1500},     {3000}};
+  const auto two_a_token = [](int, int64_t t) { return 2.0 * static_cast<double>(t); };
+  for (const auto& n_cached : caches) {
+    for (int threads : {1, 2, 3, 4, 8}) {
+      SCOPED_TRACE(::testing::Message() << "first " << n_cached[0] << " threads " << threads);
+      const AttentionPlan tokens = PlanAttention(n_cached, 1, threads);
+      const AttentionPlan costs = PlanAttention(n_cached, 1, threads, two_a_token);
+      EXPECT_EQ(costs.share_first, tokens.share_first);
+      EXPECT_EQ(costs.n_segments, tokens.n_segments);
+      ASSERT_EQ(costs.items.size(), tokens.items.size());
+      for (size_t w = 0; w < costs.items.size(); ++w) {
+        EXPECT_EQ(costs.items[w].kv_head, tokens.items[w].kv_head) << w;
+        EXPECT_EQ(costs.items[w].t0, tokens.items[w].t0) << w;
+        EXPECT_EQ(costs.items[w].t1, tokens.items[w].t1) << w;
+      }
+    }
+  }
 }
 
 TEST(AttentionPlanTest, OneThreadGetsEveryHeadWhole) {

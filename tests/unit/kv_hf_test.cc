@@ -1,6 +1,7 @@
 // Hugging Face QuantizedCache (METHODS.md 1.6): the transformers-compatible mode=hf
 // re-quantizes the whole cache at every flush and compounds error; the append-only default
-// does not. Also: HQQ's refinement never does worse than min-max in mean |error|.
+// does not. Also: HQQ's refinement never does worse than min-max in mean |error|; the
+// attention's cost model of a quantized part and an fp16 residual.
 #include <cmath>
 #include <random>
 #include <vector>
@@ -98,6 +99,24 @@ TEST(HfQuantizedCache, HfModeQuantizesThePromptAtOnce) {
   EXPECT_EQ((*s)->spec(),
             "hf:nbits=4,q_group_size=64,residual_length=32,axis_key=0,axis_value=0,"
             "backend=quanto,mode=hf");
+  // The attention's cost model (ComponentStore::ReadCost): 40 quantized tokens at 4 / 16 +
+  // 2 / 64 of an fp16 row each (4-bit codes, an fp16 scale and min per 64 values), then 10
+  // fp16 rows. Binary fractions: exact.
+  EXPECT_EQ((*s)->ReadCost(1, 50), 40 * 0.28125 + 10);
+  EXPECT_EQ((*s)->ReadCost(1, 20), 20 * 0.28125);
+  // Per-channel groups (axis_key=-1): one scale and min per channel and 32 tokens; appending
+  // 40 flushes the residual once: 32 quantized tokens, 8 in fp16.
+  auto channels = CreateStore(
+      *ParseMethodSpec("hf:nbits=2,q_group_size=32,residual_length=32,axis_key=-1"),
+      {0, kHeads, kDim, KvComponent::kKey});
+  ASSERT_TRUE(channels.ok()) << channels.status().message();
+  ASSERT_TRUE((*channels)->Append(rows.data(), 40).ok());
+  EXPECT_EQ((*channels)->ReadCost(0, 40), 32 * (2.0 / 16 + 2.0 / 32) + 8);
+  // A store that reads every token alike keeps the default, one a token.
+  auto plain = CreateStore(*ParseMethodSpec("q4_0"), {0, kHeads, kDim, KvComponent::kKey});
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  ASSERT_TRUE((*plain)->Append(rows.data(), 40).ok());
+  EXPECT_EQ((*plain)->ReadCost(0, 40), 40.0);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // KIVI's residual rules (METHODS.md 1.4) token by token against a direct model of the rule:
 // which tokens are full precision (fp16) after every Append, for one-at-a-time and chunked
-// appends, keys and values.
+// appends, keys and values, and the attention's cost model (ComponentStore::ReadCost).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -42,6 +43,15 @@ void CheckState(const ComponentStore& s, const std::vector<float>& rows, int64_t
   }
   const MemoryUsage m = s.Memory();
   ASSERT_EQ(m.residual_bytes, static_cast<size_t>(kHeads * n_full * kDim * 2)) << n_total;
+  // The attention's cost model follows the same rule: a quantized token costs 2 / 16 (its
+  // 2-bit codes) + 2 / 8 (an fp16 scale and min per 8 values) of an fp16 row, a residual one
+  // a whole row (binary fractions: the sums are exact).
+  const int64_t n_quantized = n_total - n_full;
+  for (int64_t t : {int64_t{0}, n_quantized / 2, n_quantized, n_total}) {
+    const int64_t q = std::min(t, n_quantized);
+    ASSERT_EQ(s.ReadCost(0, t), 0.375 * static_cast<double>(q) + static_cast<double>(t - q))
+        << "T=" << n_total << " t=" << t;
+  }
 }
 
 class KiviResidualTest : public ::testing::TestWithParam<KvComponent> {};

@@ -97,6 +97,12 @@ class HfStore final : public ComponentStore {
     H.residual.Accumulate(split - nq, t1 - nq, p, n_q, n, split - t0, out);
   }
 
+  // One (scale, min) per G channels of a token, or per channel and G tokens (Quantize; a
+  // shorter last block is counted as a whole one).
+  double ReadCost(int head, int64_t t) const override {
+    return QuantizedThenFp16Cost(t, n_quantized(heads_[head]), cfg_.nbits, cfg_.group);
+  }
+
   void Decode(int head, int64_t t0, int64_t t1, float* out) const override {
     const HfHead& H = heads_[head];
     const int d = shape_.head_dim;

@@ -98,6 +98,11 @@ class KiviStore final : public ComponentStore {
     H.residual.Accumulate(split - nq, t1 - nq, p, n_q, n, split - t0, out);
   }
 
+  // Keys: one (scale, min) per channel and group of G tokens; values: per G channels.
+  double ReadCost(int head, int64_t t) const override {
+    return QuantizedThenFp16Cost(t, n_quantized(head), bits_, group_);
+  }
+
   void Decode(int head, int64_t t0, int64_t t1, float* out) const override {
     const KiviHead& H = heads_[head];
     const int d = shape_.head_dim;

@@ -282,6 +282,12 @@ void AddGroupedMinSums(int n_q, int n, int first, int group, const CodeTileScrat
   }
 }
 
+double QuantizedThenFp16Cost(int64_t t, int64_t n_quantized, int bits, int group) {
+  const int64_t quantized = std::min(t, n_quantized);
+  const double per_token = bits / 16.0 + 2.0 / std::max(group, 1);
+  return static_cast<double>(quantized) * per_token + static_cast<double>(t - quantized);
+}
+
 Result<int64_t> ParamChoice(const MethodSpec& spec, const std::string& key, int64_t fallback,
                             const std::vector<int64_t>& allowed) {
   KVPACK_ASSIGN_OR_RETURN(int64_t v, ParamAsInt(spec, key, fallback));
