@@ -27,10 +27,6 @@ AttentionPlan PlanRowBlocks(std::span<const int64_t> n_cached, int64_t n_rows, i
   return plan;
 }
 
-// Against the earlier plan (whole heads, each cut into the same number of segments of at
-// least kAttentionMinSegment tokens when there were fewer heads than twice the threads), a
-// decode step has fewer items: at depth 8192 SmolLM2's 3 KV heads on 2 threads are 4 items,
-// not 6 (docs/performance-history.md, session 49).
 // Where the heads' tokens laid end to end (head g at base[g]) reach the fraction s / n_threads
 // of their cost: the last position whose cost before it is at most that much (with a cost
 // proportional to tokens, the token-even cut total * s / n_threads rounded down).
@@ -56,6 +52,10 @@ int64_t EvenCut(std::span<const int64_t> n_cached, std::span<const int64_t> base
   return base[g] + lo;
 }
 
+// Against the earlier plan (whole heads, each cut into the same number of segments of at
+// least kAttentionMinSegment tokens when there were fewer heads than twice the threads), a
+// decode step has fewer items: at depth 8192 SmolLM2's 3 KV heads on 2 threads are 4 items,
+// not 6 (docs/performance-history.md, session 49).
 AttentionPlan PlanTokenShares(std::span<const int64_t> n_cached, int64_t n_rows, int n_threads,
                               const HeadReadCost& cost) {
   const int n_kv = static_cast<int>(n_cached.size());

@@ -92,7 +92,9 @@ class ComponentStore {
   // (kv/attention_plan.h) hold equal sums of the keys' and the values' costs. The default, 1
   // a token, makes them shares of equal tokens whenever both stores read every token alike
   // (whatever their bytes a token: a sum of two costs proportional to t is one); stores whose
-  // newest tokens stay in full precision behind quantized ones (KIVI, HF) override it.
+  // newest tokens stay in full precision behind quantized ones (KIVI, HF) override it. Paired
+  // with such a store (`k=kivi:... v=q4_0`), a default store counts as fp16 rows: the cut is
+  // off by its bytes' ratio to fp16's.
   virtual double ReadCost(int head, int64_t t) const {
     (void)head;
     return static_cast<double>(t);

@@ -68,9 +68,13 @@ INSTANTIATE_TEST_SUITE_P(
 
 // A decode step's shares (kv/attention_plan.h) cut heads of unequal length, empty ones
 // included, at points that depend on the thread count: every count gives the oracle's output.
+// KIVI-8's cost model (ComponentStore::ReadCost) moves the cuts off the token-even ones, into
+// its quantized part or its fp16 residual; its 8-bit codes are scored with float queries at
+// this head size and accumulated with int16 weights, within the same bound (as GEAR-8's in
+// kv_gear_test.cc).
 TEST(AttendTest, DecodeSharesOfUnequalHeadsMatchReference) {
   const int n_kv = 3, n_heads = 6, d = 16;
-  for (const char* spec : {"f32", "f16"}) {
+  for (const char* spec : {"f32", "f16", "kivi:bits=8,group=8,residual=256"}) {
     for (const auto& kept : {std::vector<int64_t>{1400, 1400, 1400},
                              std::vector<int64_t>{1400, 0, 700},
                              std::vector<int64_t>{90, 1400, 5}}) {

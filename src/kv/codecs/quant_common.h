@@ -149,15 +149,15 @@ void AddGroupedMinSums(int n_q, int n, int first, int group, const CodeTileScrat
 // float kernels elsewhere. (Until session 31 they took the float kernels everywhere, at 2.7
 // times f16's key time in cache.)
 inline bool UseIntegerKeys(int bits) { return bits <= 4; }
+// Values of every width take int16 weights (ops/code_dot_i16.h, where the CPU has the
+// kernel, float weights elsewhere): 2^-16 of a tile's largest weight per unit of code, far
+// below the codes' own error, 8-bit codes' included (the bound in that header). Until session
+// 31 the 8-bit codes kept float weights over unpacked tiles, at twice f16's time per row.
 
 // ComponentStore::ReadCost of a head whose first n_quantized tokens are codes of `bits` with
 // one fp16 (scale, min) pair per `group` values and whose later tokens are fp16 rows: tokens
 // [0, t) in fp16 rows, a quantized token costing bits / 16 + 2 / group of one.
 double QuantizedThenFp16Cost(int64_t t, int64_t n_quantized, int bits, int group);
-// Values of every width take int16 weights (ops/code_dot_i16.h, where the CPU has the
-// kernel, float weights elsewhere): 2^-16 of a tile's largest weight per unit of code, far
-// below the codes' own error, 8-bit codes' included (the bound in that header). Until session
-// 31 the 8-bit codes kept float weights over unpacked tiles, at twice f16's time per row.
 
 // Parameter helpers for the registry and codecs: integer `key` of `spec` must be one of
 // `allowed` (or, with an empty list, >= 1).
