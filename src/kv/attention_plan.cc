@@ -28,15 +28,14 @@ AttentionPlan PlanRowBlocks(std::span<const int64_t> n_cached, int64_t n_rows, i
 }
 
 // Where the heads' tokens laid end to end (head g at base[g]) reach the fraction s / n_threads
-// of their cost: the last position whose cost before it is at most that much (with a cost
-// proportional to tokens, the token-even cut total * s / n_threads rounded down).
+// of their cost (whole[g]: head g's, total: their sum): the last position whose cost before
+// it is at most that much (with a cost proportional to tokens, the token-even cut
+// total * s / n_threads rounded down).
 int64_t EvenCut(std::span<const int64_t> n_cached, std::span<const int64_t> base,
-                const HeadReadCost& cost, int s, int n_threads) {
+                const HeadReadCost& cost, std::span<const double> whole, double total, int s,
+                int n_threads) {
   const int n_kv = static_cast<int>(n_cached.size());
   if (!cost) return base[n_kv] * s / n_threads;
-  std::vector<double> whole(n_kv);
-  double total = 0.0;
-  for (int g = 0; g < n_kv; ++g) total += whole[g] = cost(g, n_cached[g]);
   double left = total * s / n_threads;
   int g = 0;
   while (g < n_kv - 1 && left > whole[g]) left -= whole[g++];
@@ -62,10 +61,15 @@ AttentionPlan PlanTokenShares(std::span<const int64_t> n_cached, int64_t n_rows,
   std::vector<int64_t> base(n_kv + 1, 0);  // head g holds [base[g], base[g + 1]) end to end
   for (int g = 0; g < n_kv; ++g) base[g + 1] = base[g] + n_cached[g];
   const int64_t total = base[n_kv];
+  std::vector<double> whole;  // each head's cost, for every cut (none without a cost)
+  double total_cost = 0.0;
+  for (int g = 0; cost && n_threads > 1 && g < n_kv; ++g) {
+    total_cost += whole.emplace_back(cost(g, n_cached[g]));
+  }
   std::vector<int64_t> cut(n_threads + 1, total);  // share s holds [cut[s], cut[s + 1])
   cut[0] = 0;
   for (int s = 1; s < n_threads; ++s) {
-    int64_t c = EvenCut(n_cached, base, cost, s, n_threads);
+    int64_t c = EvenCut(n_cached, base, cost, whole, total_cost, s, n_threads);
     // The head that c falls in (the last of any empty heads at c).
     const int g = static_cast<int>(std::upper_bound(base.begin(), base.end(), c) -
                                    base.begin()) - 1;
