@@ -37,7 +37,7 @@ class KiviStore final : public ComponentStore {
   Status Append(const float* rows, int64_t n_tokens) override {
     const int64_t d = shape_.head_dim, row_len = d * shape_.n_kv_heads;
     KVPACK_RETURN_IF_ERROR(CheckQuantInput(rows, n_tokens * row_len, shape_, true));
-    std::vector<float> block, row(d);
+    row_.resize(d);
     for (int h = 0; h < shape_.n_kv_heads; ++h) {
       KiviHead& H = heads_[h];
       for (int64_t t = 0; t < n_tokens; ++t) {
@@ -45,7 +45,7 @@ class KiviStore final : public ComponentStore {
         if (is_key()) {
           if (H.residual.n_rows() < residual_) continue;
           // Flush the whole buffer: R / G token groups per channel.
-          block.resize(static_cast<size_t>(residual_) * d);
+          std::vector<float> block(static_cast<size_t>(residual_) * d);
           for (int64_t r = 0; r < residual_; ++r) H.residual.Row(r, &block[r * d]);
           for (int64_t g0 = 0; g0 < residual_; g0 += group_) {
             H.keys.AppendBlock(&block[g0 * d], std::min<int64_t>(group_, residual_ - g0), d);
@@ -53,8 +53,8 @@ class KiviStore final : public ComponentStore {
           H.residual.Clear();
         } else if (H.residual.n_rows() > residual_) {
           // The window holds R + 1: the oldest value is quantized and leaves it.
-          H.residual.Row(0, row.data());
-          H.values.AppendRow(row.data());
+          H.residual.Row(0, row_.data());
+          H.values.AppendRow(row_.data());
           H.residual.PopFront(1);
         }
       }
@@ -159,6 +159,11 @@ class KiviStore final : public ComponentStore {
   StoreShape shape_;
   int bits_, group_, residual_;
   std::vector<KiviHead> heads_;
+  // Append's scratch for the value leaving the window, [d], kept between calls (a decode
+  // step appends one token to every layer; allocating it per call cost a heap round trip per
+  // store and step). A key flush's block, [residual, d], once every R tokens, is allocated
+  // when it happens rather than held by every layer.
+  std::vector<float> row_;
 };
 
 }  // namespace
