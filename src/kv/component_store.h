@@ -56,6 +56,10 @@ struct MemoryUsage {
   MemoryUsage& operator+=(const MemoryUsage& o);
 };
 
+// The largest input magnitude that every store accepts: the quantized codecs keep their
+// scales and minimums in fp16, whose largest finite value this is.
+constexpr float kStoreSafeInputMax = 65504.0f;
+
 class ComponentStore {
  public:
   virtual ~ComponentStore() = default;
@@ -64,8 +68,16 @@ class ComponentStore {
   virtual std::string spec() const = 0;
 
   // Appends n_tokens tokens for every head. rows: [n_tokens, n_kv_heads, head_dim].
-  // Non-finite input is rejected with InvalidArgument and leaves the store unchanged.
+  // Fails only on input that CheckInput refuses, with its InvalidArgument, leaving the store
+  // unchanged: non-finite values, and in stores that keep fp16 parameters values beyond
+  // kStoreSafeInputMax in magnitude. KvCache relies on this: once both inputs of a layer
+  // passed, it may append the keys and the values at once, on two threads.
   virtual Status Append(const float* rows, int64_t n_tokens) = 0;
+
+  // What Append(rows, n_tokens) would refuse, changing nothing: OK, or the InvalidArgument
+  // that Append would return (KvCache asks both stores of a layer before it appends to
+  // either, so that keys and values fail together).
+  virtual Status CheckInput(const float* rows, int64_t n_tokens) const = 0;
 
   // Tokens currently held for `head` (after eviction heads may differ).
   virtual int64_t n_tokens(int head) const = 0;

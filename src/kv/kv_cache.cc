@@ -1,9 +1,8 @@
 #include "kv/kv_cache.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 
+#include "core/thread_pool.h"
 #include "kv/codec_registry.h"
 #include "kv/eviction_policy_positions.h"
 #include "kv/policy_registry.h"
@@ -52,24 +51,38 @@ Status KvCache::CreateStores() {
   return Status::Ok();
 }
 
-Status KvCache::Append(int layer, const float* k, const float* v, const int32_t* pos, int64_t n) {
+Status KvCache::Append(int layer, const float* k, const float* v, const int32_t* pos, int64_t n,
+                       ThreadPool* pool) {
   Layer& L = layers_[layer];
   // Check both inputs before touching either store: a store that already flushed its
-  // residual cannot be rolled back exactly, so keys and values must fail together.
+  // residual cannot be rolled back exactly, so keys and values must fail together. Every
+  // store takes finite values within kStoreSafeInputMax (one vector pass each); other input
+  // goes by each store's own rule (ComponentStore::CheckInput).
   const int64_t n_values = n * shape_.n_kv_heads * shape_.head_dim;
-  constexpr float kFinite = std::numeric_limits<float>::max();
-  if (AnyAbsAbove(k, n_values, kFinite) || AnyAbsAbove(v, n_values, kFinite)) {
-    for (int64_t i = 0; i < n_values; ++i) {
-      if (!std::isfinite(k[i]) || !std::isfinite(v[i])) {
-        return InvalidArgument(std::string("non-finite value in the ") +
-                               (std::isfinite(k[i]) ? "values" : "keys") + " of layer " +
-                               std::to_string(layer));
-      }
-    }
+  const bool in_safe_range = !AnyAbsAbove(k, n_values, kStoreSafeInputMax) &&
+                             !AnyAbsAbove(v, n_values, kStoreSafeInputMax);
+  if (!in_safe_range) {
+    KVPACK_RETURN_IF_ERROR(L.keys->CheckInput(k, n));
+    KVPACK_RETURN_IF_ERROR(L.values->CheckInput(v, n));
   }
   if (policy_ && !sequence_begun_) KVPACK_RETURN_IF_ERROR(BeginSequence({.n_prompt = n}));
-  KVPACK_RETURN_IF_ERROR(L.keys->Append(k, n));
-  KVPACK_RETURN_IF_ERROR(L.values->Append(v, n));
+  if (pool != nullptr && pool->n_threads() > 1) {
+    // Neither store can fail on checked input (ComponentStore::Append), so the two appends
+    // run at once, on two threads: a decode step's appends then cost about the longer of
+    // the two, not their sum (docs/performance-history.md, session 55). The statuses are
+    // still checked.
+    Status status[2];
+    pool->ParallelFor(2, 1, [&](int64_t begin, int64_t end, int) {
+      for (int64_t part = begin; part < end; ++part) {
+        status[part] = part == 0 ? L.keys->Append(k, n) : L.values->Append(v, n);
+      }
+    });
+    KVPACK_RETURN_IF_ERROR(status[0]);
+    KVPACK_RETURN_IF_ERROR(status[1]);
+  } else {
+    KVPACK_RETURN_IF_ERROR(L.keys->Append(k, n));
+    KVPACK_RETURN_IF_ERROR(L.values->Append(v, n));
+  }
   for (int h = 0; h < shape_.n_kv_heads; ++h) L.positions[h].insert(L.positions[h].end(), pos, pos + n);
   n_seen_[layer] += n;
   last_rows_[layer] = n;

@@ -25,6 +25,8 @@
 
 namespace kvpack {
 
+class ThreadPool;
+
 struct KvCacheShape {
   int n_layers = 0;
   int n_kv_heads = 0;
@@ -43,9 +45,13 @@ class KvCache {
   const KvSpec& spec() const { return spec_; }
 
   // Appends n tokens to `layer`, after they attended (see component_store.h). With a policy
-  // and no sequence begun, begins one whose prompt is these n tokens.
+  // and no sequence begun, begins one whose prompt is these n tokens. Input that a store
+  // refuses (non-finite, or beyond the fp16 range for a quantized store) changes nothing.
+  // With a pool of two or more threads the keys and the values may be appended at once; the
+  // stores hold the same bits either way.
   //   k, v: [n, n_kv_heads, head_dim] (keys already rotated); pos: [n].
-  Status Append(int layer, const float* k, const float* v, const int32_t* pos, int64_t n);
+  Status Append(int layer, const float* k, const float* v, const int32_t* pos, int64_t n,
+                ThreadPool* pool = nullptr);
 
   const ComponentStore& keys(int layer) const { return *layers_[layer].keys; }
   const ComponentStore& values(int layer) const { return *layers_[layer].values; }

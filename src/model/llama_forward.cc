@@ -99,7 +99,7 @@ Status LlamaForward(const LlamaModel& model, const int32_t* tokens, const int32_
     }
     {
       const StepPartTimer timer(StepPart::kAppend);
-      KVPACK_RETURN_IF_ERROR(cache.Append(l, s.k.data(), s.v.data(), pos, n));
+      KVPACK_RETURN_IF_ERROR(cache.Append(l, s.k.data(), s.v.data(), pos, n, pool));
       if (needs.attention) cache.ObserveAttention(l, stats);
       KVPACK_RETURN_IF_ERROR(cache.ApplyPolicy(l));
     }

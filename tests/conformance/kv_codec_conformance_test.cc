@@ -639,6 +639,31 @@ TEST_P(CodecConformance, RejectsNonFiniteAndLeavesStoreUnchanged) {
   }
 }
 
+// CheckInput answers what Append would (KvCache asks it of both stores before appending to
+// either): the same status and message for good input, non-finite values and values beyond
+// the fp16 range, and it changes nothing.
+TEST_P(CodecConformance, CheckInputAgreesWithAppend) {
+  const int64_t n = 70;
+  auto s = Make();
+  AppendChunked(*s, Normal(n * kHeads * d(), 21), n, 2);
+  for (float odd : {1.0f, 65504.0f, -65505.0f, 1.0e6f, NAN, INFINITY}) {
+    for (int64_t m : {1, 33}) {
+      auto more = Normal(m * kHeads * d(), 22);
+      more[(m - 1) * kHeads * d() + d() + 5] = odd;  // last token, second head
+      const size_t bytes = s->Memory().payload_bytes();
+      const int64_t held = s->n_tokens(1);
+      const Status check = s->CheckInput(more.data(), m);
+      EXPECT_EQ(s->Memory().payload_bytes(), bytes);
+      EXPECT_EQ(s->n_tokens(1), held);
+      const Status append = s->Append(more.data(), m);
+      EXPECT_EQ(check.ok(), append.ok()) << odd << ": " << check.message() << " / "
+                                         << append.message();
+      EXPECT_EQ(check.message(), append.message());
+      EXPECT_EQ(s->n_tokens(1), append.ok() ? held + m : held);
+    }
+  }
+}
+
 TEST_P(CodecConformance, RetainKeepsChosenTokensAndFreesStorage) {
   const int64_t n = 290;
   const auto rows = Normal(n * kHeads * d(), 11);

@@ -75,9 +75,13 @@ class GgmlPlaneStore : public ComponentStore {
 
   std::string spec() const override { return Format::kName; }
 
+  Status CheckInput(const float* rows, int64_t n_tokens) const override {
+    return CheckQuantRows(rows, n_tokens, shape_);
+  }
+
   Status Append(const float* rows, int64_t n_tokens) override {
     const int64_t d = shape_.head_dim, row_len = d * shape_.n_kv_heads;
-    KVPACK_RETURN_IF_ERROR(CheckQuantInput(rows, n_tokens * row_len, shape_, true));
+    KVPACK_RETURN_IF_ERROR(CheckInput(rows, n_tokens));
     std::vector<typename Format::Block> blocks(part_dim_ / 32);
     for (int h = 0; h < shape_.n_kv_heads; ++h) {
       for (int part = 0; part < n_parts_; ++part) {

@@ -22,9 +22,13 @@ class FlexGenStore final : public ComponentStore {
     return "flexgen:bits=" + std::to_string(bits_) + ",group=" + std::to_string(group_);
   }
 
+  Status CheckInput(const float* rows, int64_t n_tokens) const override {
+    return CheckQuantRows(rows, n_tokens, shape_);
+  }
+
   Status Append(const float* rows, int64_t n_tokens) override {
     const int64_t d = shape_.head_dim, row_len = d * shape_.n_kv_heads;
-    KVPACK_RETURN_IF_ERROR(CheckQuantInput(rows, n_tokens * row_len, shape_, true));
+    KVPACK_RETURN_IF_ERROR(CheckInput(rows, n_tokens));
     for (int64_t t = 0; t < n_tokens; ++t) {
       for (int h = 0; h < shape_.n_kv_heads; ++h) heads_[h].AppendRow(rows + t * row_len + h * d);
     }

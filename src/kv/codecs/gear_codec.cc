@@ -162,7 +162,7 @@ int64_t GearStore::n_buffered(int head) const {
 Status GearStore::Append(const float* rows, int64_t n_tokens) {
   const int64_t row_len = static_cast<int64_t>(shape_.n_kv_heads) * shape_.head_dim;
   // Everything is checked before anything changes: a rejected Append leaves the store as is.
-  KVPACK_RETURN_IF_ERROR(CheckQuantInput(rows, n_tokens * row_len, shape_, true));
+  KVPACK_RETURN_IF_ERROR(CheckInput(rows, n_tokens));
   if (n_tokens <= 0) return Status::Ok();
   if (!prompt_done_) {
     prompt_done_ = true;

@@ -65,6 +65,7 @@
 #include "kv/codecs/fp16_rows.h"
 #include "kv/codecs/gear_outliers.h"
 #include "kv/codecs/gear_parts.h"
+#include "kv/codecs/quant_common.h"
 #include "kv/component_store.h"
 #include "kv/spec.h"
 
@@ -102,6 +103,9 @@ class GearStore final : public ComponentStore {
 
   std::string spec() const override { return config_.ToSpec(); }
   Status Append(const float* rows, int64_t n_tokens) override;
+  Status CheckInput(const float* rows, int64_t n_tokens) const override {
+    return CheckQuantRows(rows, n_tokens, shape_);
+  }
   int64_t n_tokens(int head) const override { return n_compressed(head) + n_buffered(head); }
   void Scores(int head, const float* q, int n_q, int64_t t0, int64_t t1,
               float* scores) const override;

@@ -44,9 +44,13 @@ class HfStore final : public ComponentStore {
            ",mode=" + (cfg_.mode_hf ? "hf" : "append");
   }
 
+  Status CheckInput(const float* rows, int64_t n_tokens) const override {
+    return CheckQuantRows(rows, n_tokens, shape_);
+  }
+
   Status Append(const float* rows, int64_t n_tokens) override {
     const int64_t d = shape_.head_dim, row_len = d * shape_.n_kv_heads;
-    KVPACK_RETURN_IF_ERROR(CheckQuantInput(rows, n_tokens * row_len, shape_, true));
+    KVPACK_RETURN_IF_ERROR(CheckInput(rows, n_tokens));
     if (n_tokens == 0) return Status::Ok();
     const bool prompt = cfg_.mode_hf && !prefilled_;
     prefilled_ = true;

@@ -29,9 +29,13 @@ class KcvtKeyStore final : public ComponentStore {
   }
   std::string spec() const override { return KcvtSpec(bits_, buffer_); }
 
+  Status CheckInput(const float* rows, int64_t n_tokens) const override {
+    return CheckQuantRows(rows, n_tokens, shape_);
+  }
+
   Status Append(const float* rows, int64_t n_tokens) override {
     const int64_t d = shape_.head_dim, row_len = d * shape_.n_kv_heads;
-    KVPACK_RETURN_IF_ERROR(CheckQuantInput(rows, n_tokens * row_len, shape_, true));
+    KVPACK_RETURN_IF_ERROR(CheckInput(rows, n_tokens));
     std::vector<float> block;
     for (int h = 0; h < shape_.n_kv_heads; ++h) {
       for (int64_t t = 0; t < n_tokens; ++t) buf_[h].Append(rows + t * row_len + h * d);
@@ -122,8 +126,12 @@ class KcvtValueStore final : public ComponentStore {
   std::string spec() const override { return KcvtSpec(bits_, buffer_); }
   bool per_head_retain() const override { return false; }
 
+  Status CheckInput(const float* rows, int64_t n_tokens) const override {
+    return CheckQuantRows(rows, n_tokens, shape_);
+  }
+
   Status Append(const float* rows, int64_t n_tokens) override {
-    KVPACK_RETURN_IF_ERROR(CheckQuantInput(rows, n_tokens * row_len_, shape_, true));
+    KVPACK_RETURN_IF_ERROR(CheckInput(rows, n_tokens));
     const int64_t first = total_rows();
     for (int64_t t = 0; t < n_tokens; ++t) buf_.Append(rows + t * row_len_);
     for (auto& m : maps_) {

@@ -34,9 +34,13 @@ class KiviStore final : public ComponentStore {
            ",residual=" + std::to_string(residual_);
   }
 
+  Status CheckInput(const float* rows, int64_t n_tokens) const override {
+    return CheckQuantRows(rows, n_tokens, shape_);
+  }
+
   Status Append(const float* rows, int64_t n_tokens) override {
     const int64_t d = shape_.head_dim, row_len = d * shape_.n_kv_heads;
-    KVPACK_RETURN_IF_ERROR(CheckQuantInput(rows, n_tokens * row_len, shape_, true));
+    KVPACK_RETURN_IF_ERROR(CheckInput(rows, n_tokens));
     row_.resize(d);
     for (int h = 0; h < shape_.n_kv_heads; ++h) {
       KiviHead& H = heads_[h];

@@ -75,12 +75,19 @@ class PlainStore final : public ComponentStore {
 
   std::string spec() const override { return Traits::kName; }
 
-  Status Append(const float* rows, int64_t n_tokens) override {
+  // Any finite value (f16 and bf16 round it; beyond their range to infinity).
+  Status CheckInput(const float* rows, int64_t n_tokens) const override {
     const int64_t row_len = static_cast<int64_t>(shape_.n_kv_heads) * shape_.head_dim;
     if (AnyAbsAbove(rows, n_tokens * row_len, std::numeric_limits<float>::max())) {
       return InvalidArgument("non-finite value in the " + ComponentName() + " of layer " +
                              std::to_string(shape_.layer));
     }
+    return Status::Ok();
+  }
+
+  Status Append(const float* rows, int64_t n_tokens) override {
+    KVPACK_RETURN_IF_ERROR(CheckInput(rows, n_tokens));
+    const int64_t row_len = static_cast<int64_t>(shape_.n_kv_heads) * shape_.head_dim;
     const size_t d = shape_.head_dim;
     for (int h = 0; h < shape_.n_kv_heads; ++h) {
       AlignedBuffer<T>& buf = heads_[h];

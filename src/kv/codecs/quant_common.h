@@ -56,11 +56,17 @@ struct GroupParams {
 };
 
 // Largest magnitude the quantized codecs accept: scale and min are stored in fp16.
-constexpr float kMaxQuantInput = 65504.0f;
+constexpr float kMaxQuantInput = kStoreSafeInputMax;
 
 // InvalidArgument ("non-finite value in the keys of layer 3") when any of x[0..n) is NaN/Inf,
 // or (when `fp16_range`) larger in magnitude than kMaxQuantInput.
 Status CheckQuantInput(const float* x, int64_t n, const StoreShape& shape, bool fp16_range);
+
+// CheckQuantInput with the fp16 range over n_tokens rows of every head (rows: [n_tokens,
+// n_kv_heads, head_dim]): the quantized stores' Append gate and CheckInput.
+inline Status CheckQuantRows(const float* rows, int64_t n_tokens, const StoreShape& shape) {
+  return CheckQuantInput(rows, n_tokens * shape.n_kv_heads * shape.head_dim, shape, true);
+}
 
 // The coder of a group with the given min and min-max scale (METHODS.md 0): its stored fp16
 // parameters, and the min and inverse scale its codes are computed against, the fp16-rounded
