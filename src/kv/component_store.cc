@@ -1,5 +1,10 @@
 #include "kv/component_store.h"
 
+#include <algorithm>
+#include <cmath>
+
+#include "ops/vec.h"
+
 namespace kvpack {
 
 MemoryUsage& MemoryUsage::operator+=(const MemoryUsage& o) {
@@ -23,6 +28,23 @@ Status CheckRetainIndices(std::span<const int64_t> keep, int64_t n_tokens) {
                              std::to_string(n_tokens) + ")");
     }
     prev = idx;
+  }
+  return Status::Ok();
+}
+
+Status CheckStoreInput(const float* x, int64_t n, const StoreShape& shape, float limit,
+                       const std::string& range) {
+  // One vector pass (NaN and +-inf fail the comparison); the message's search only when
+  // something failed.
+  if (!AnyAbsAbove(x, static_cast<size_t>(std::max<int64_t>(n, 0)), limit)) return Status::Ok();
+  const std::string where = std::string(shape.component == KvComponent::kKey ? "keys" : "values") +
+                            " of layer " + std::to_string(shape.layer);
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) return InvalidArgument("non-finite value in the " + where);
+    if (std::fabs(x[i]) > limit) {
+      return InvalidArgument("value " + std::to_string(x[i]) + " in the " + where + " exceeds " +
+                             range);
+    }
   }
   return Status::Ok();
 }

@@ -56,8 +56,8 @@ struct MemoryUsage {
   MemoryUsage& operator+=(const MemoryUsage& o);
 };
 
-// The largest input magnitude that every store accepts: the quantized codecs keep their
-// scales and minimums in fp16, whose largest finite value this is.
+// The largest input magnitude that every store accepts: `f16` keeps its values and the
+// quantized codecs their scales and minimums in fp16, whose largest finite value this is.
 constexpr float kStoreSafeInputMax = 65504.0f;
 
 class ComponentStore {
@@ -69,8 +69,9 @@ class ComponentStore {
 
   // Appends n_tokens tokens for every head. rows: [n_tokens, n_kv_heads, head_dim].
   // Fails only on input that CheckInput refuses, with its InvalidArgument, leaving the store
-  // unchanged: non-finite values, and in stores that keep fp16 parameters values beyond
-  // kStoreSafeInputMax in magnitude. KvCache relies on this: once both inputs of a layer
+  // unchanged: values its format cannot hold. Non-finite values everywhere; beyond
+  // kStoreSafeInputMax in magnitude in stores that keep fp16 values or parameters (`f16`, the
+  // quantized codecs); beyond bf16's largest finite value in `bf16`. KvCache relies on this: once both inputs of a layer
   // passed, it may append the keys and the values at once, on two threads.
   virtual Status Append(const float* rows, int64_t n_tokens) = 0;
 
@@ -128,6 +129,13 @@ class ComponentStore {
 
 // InvalidArgument unless `keep` is strictly ascending within [0, n_tokens).
 Status CheckRetainIndices(std::span<const int64_t> keep, int64_t n_tokens);
+
+// A store's input gate (CheckInput): OK when every x[0..n) is finite and no larger in
+// magnitude than `limit`, else InvalidArgument naming the component and the layer of `shape`
+// ("non-finite value in the keys of layer 3", or "value 70000.000000 in the values of layer
+// 3 exceeds <range>").
+Status CheckStoreInput(const float* x, int64_t n, const StoreShape& shape, float limit,
+                       const std::string& range);
 
 }  // namespace kvpack
 

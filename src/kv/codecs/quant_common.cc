@@ -94,25 +94,9 @@ void PackWholeBytes(const uint8_t* codes, int64_t n, uint8_t* dst) {
 }  // namespace
 
 Status CheckQuantInput(const float* x, int64_t n, const StoreShape& shape, bool fp16_range) {
-  // One vector pass (NaN and +-inf fail the comparison); the message's search only when
-  // something failed.
-  const float limit = fp16_range ? kMaxQuantInput : std::numeric_limits<float>::max();
-  if (!AnyAbsAbove(x, static_cast<size_t>(std::max<int64_t>(n, 0)), limit)) return Status::Ok();
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    if (!std::isfinite(v)) {
-      return InvalidArgument(std::string("non-finite value in the ") +
-                             (shape.component == KvComponent::kKey ? "keys" : "values") +
-                             " of layer " + std::to_string(shape.layer));
-    }
-    if (fp16_range && std::fabs(v) > kMaxQuantInput) {
-      return InvalidArgument(std::string("value ") + std::to_string(v) + " in the " +
-                             (shape.component == KvComponent::kKey ? "keys" : "values") +
-                             " of layer " + std::to_string(shape.layer) +
-                             " exceeds the fp16 range of the quantization scales");
-    }
-  }
-  return Status::Ok();
+  return CheckStoreInput(x, n, shape,
+                         fp16_range ? kMaxQuantInput : std::numeric_limits<float>::max(),
+                         "the fp16 range of the quantization scales");
 }
 
 GroupCoder GroupCoderOf(float lo, float scale) {
