@@ -44,7 +44,7 @@ int64_t ThreadPool::Job::BlockStart(int t, int b) const {
 }
 
 void ThreadPool::ParallelFor(int64_t n, int64_t grain,
-                             const std::function<void(int64_t, int64_t, int)>& fn) {
+                             FunctionRef<void(int64_t, int64_t, int)> fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t n_grains = (n + grain - 1) / grain;

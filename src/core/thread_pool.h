@@ -19,10 +19,11 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "core/function_ref.h"
 
 namespace kvpack {
 
@@ -44,15 +45,14 @@ class ThreadPool {
   // boundaries are multiples of `grain` (Job::BlockStart below). Blocks until all are done.
   // thread_index < n_threads() identifies the executing thread (for per-thread scratch); a
   // thread may run several blocks one after the other, never two at once.
-  void ParallelFor(int64_t n, int64_t grain,
-                   const std::function<void(int64_t, int64_t, int)>& fn);
+  void ParallelFor(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t, int)> fn);
 
  private:
   // Where the blocks of a job start: share t covers grains [t * g / T, (t + 1) * g / T) of
   // the g = ceil(n / grain) grains, cut into min(kBlocksPerShare, its grains) blocks of
   // near-equal grains; block b of share t is [BlockStart(t, b), BlockStart(t, b + 1)).
   struct Job {
-    const std::function<void(int64_t, int64_t, int)>* fn = nullptr;
+    const FunctionRef<void(int64_t, int64_t, int)>* fn = nullptr;
     int64_t n = 0;
     int64_t grain = 0;
     int64_t n_grains = 0;

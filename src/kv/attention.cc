@@ -23,6 +23,24 @@ struct SoftmaxState {
   }
 };
 
+// What Attend keeps between calls on the thread that calls it (its plan, the segments'
+// softmax states, the chunk's own rows), so that a decode step's 30 calls reuse their
+// capacity: made afresh on every call, they and the per-share buffers below were about 25
+// heap allocations a call, 0.5% of a decode step's samples with `malloc` and `free`
+// (docs/performance-history.md, session 56). Nothing in it carries over from one call to
+// the next but capacity.
+struct AttendScratch {
+  std::vector<int64_t> n_cached;
+  AttentionPlan plan;
+  std::vector<SoftmaxState> states;
+  std::vector<float> fresh_k, fresh_v;
+};
+
+AttendScratch& CallerScratch() {
+  thread_local AttendScratch scratch;
+  return scratch;
+}
+
 // Folds a tile of raw scores s [n_q, n] into the state: rescales, turns s into
 // probabilities relative to the new max in place. Masked entries are -inf.
 void FoldTile(SoftmaxState& st, float* s, int n_q, int64_t n, int head_dim) {
@@ -60,19 +78,25 @@ void Attend(const KvCache& cache, int layer, const AttentionChunk& chunk, float*
   const ComponentStore& values = cache.values(layer);
 
   const int64_t n_row_blocks = (chunk.n_rows + kAttentionRowBlock - 1) / kAttentionRowBlock;
-  std::vector<int64_t> n_cached(n_kv);
+  AttendScratch& scratch = CallerScratch();
+  std::vector<int64_t>& n_cached = scratch.n_cached;
+  n_cached.resize(n_kv);
   for (int g = 0; g < n_kv; ++g) n_cached[g] = cache.n_tokens(layer, g);
-  const AttentionPlan plan =
-      PlanAttention(n_cached, chunk.n_rows, pool->n_threads(), [&](int g, int64_t t) {
-        return keys.ReadCost(g, t) + values.ReadCost(g, t);
-      });
+  AttentionPlan& plan = scratch.plan;
+  PlanAttention(n_cached, chunk.n_rows, pool->n_threads(),
+                [&](int g, int64_t t) { return keys.ReadCost(g, t) + values.ReadCost(g, t); },
+                plan);
   const std::vector<AttentionWorkItem>& items = plan.items;
-  std::vector<SoftmaxState> states(items.size());
+  std::vector<SoftmaxState>& states = scratch.states;
+  if (states.size() < items.size()) states.resize(items.size());
 
   // The chunk's own keys and values, one contiguous block of rows per KV head, so that the
   // fresh part is read with the same tile kernels as a cache: [n_kv, n_rows, d] each.
   const size_t head_block = static_cast<size_t>(chunk.n_rows) * d;
-  std::vector<float> fresh_k(n_kv * head_block), fresh_v(n_kv * head_block);
+  std::vector<float>& fresh_k = scratch.fresh_k;
+  std::vector<float>& fresh_v = scratch.fresh_v;
+  fresh_k.resize(n_kv * head_block);
+  fresh_v.resize(n_kv * head_block);
   for (int64_t t = 0; t < chunk.n_rows; ++t) {
     for (int g = 0; g < n_kv; ++g) {
       std::copy_n(chunk.k + (t * n_kv + g) * d, d, &fresh_k[g * head_block + t * d]);
@@ -82,7 +106,8 @@ void Attend(const KvCache& cache, int layer, const AttentionChunk& chunk, float*
 
   const int64_t n_shares = static_cast<int64_t>(plan.share_first.size()) - 1;
   pool->ParallelFor(n_shares, 1, [&](int64_t share_begin, int64_t share_end, int) {
-    std::vector<float> qbuf, sbuf;
+    // The executing thread's gathered queries and one tile's scores, kept between calls.
+    thread_local std::vector<float> qbuf, sbuf;
     const int64_t begin = plan.share_first[share_begin], end = plan.share_first[share_end];
     for (int64_t w = begin; w < end; ++w) {
       const AttentionWorkItem& it = items[w];

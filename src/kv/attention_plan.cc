@@ -5,11 +5,13 @@
 namespace kvpack {
 namespace {
 
-AttentionPlan PlanRowBlocks(std::span<const int64_t> n_cached, int64_t n_rows, int n_threads) {
+void PlanRowBlocks(std::span<const int64_t> n_cached, int64_t n_rows, int n_threads,
+                   AttentionPlan& plan) {
   const int n_kv = static_cast<int>(n_cached.size());
   const int64_t n_row_blocks = (n_rows + kAttentionRowBlock - 1) / kAttentionRowBlock;
-  AttentionPlan plan;
-  plan.n_segments.resize(n_kv);
+  plan.items.clear();
+  plan.share_first.clear();
+  plan.n_segments.assign(n_kv, 0);
   const int64_t want = (2 * n_threads + n_kv * n_row_blocks - 1) / (n_kv * n_row_blocks);
   for (int g = 0; g < n_kv; ++g) {
     const int64_t n = n_cached[g];
@@ -24,7 +26,6 @@ AttentionPlan PlanRowBlocks(std::span<const int64_t> n_cached, int64_t n_rows, i
     }
   }
   for (size_t w = 0; w <= plan.items.size(); ++w) plan.share_first.push_back(w);
-  return plan;
 }
 
 // Where the heads' tokens laid end to end (head g at base[g]) reach the fraction s / n_threads
@@ -55,18 +56,21 @@ int64_t EvenCut(std::span<const int64_t> n_cached, std::span<const int64_t> base
 // least kAttentionMinSegment tokens when there were fewer heads than twice the threads), a
 // decode step has fewer items: at depth 8192 SmolLM2's 3 KV heads on 2 threads are 4 items,
 // not 6 (docs/performance-history.md, session 49).
-AttentionPlan PlanTokenShares(std::span<const int64_t> n_cached, int64_t n_rows, int n_threads,
-                              const HeadReadCost& cost) {
+void PlanTokenShares(std::span<const int64_t> n_cached, int64_t n_rows, int n_threads,
+                     const HeadReadCost& cost, AttentionPlan& plan) {
   const int n_kv = static_cast<int>(n_cached.size());
-  std::vector<int64_t> base(n_kv + 1, 0);  // head g holds [base[g], base[g + 1]) end to end
+  // Working arrays kept by the thread between calls (a decode step plans every layer).
+  thread_local std::vector<int64_t> base, cut;
+  thread_local std::vector<double> whole;
+  base.assign(n_kv + 1, 0);  // head g holds [base[g], base[g + 1]) end to end
   for (int g = 0; g < n_kv; ++g) base[g + 1] = base[g] + n_cached[g];
   const int64_t total = base[n_kv];
-  std::vector<double> whole;  // each head's cost, for every cut (none without a cost)
+  whole.clear();  // each head's cost, for every cut (none without a cost)
   double total_cost = 0.0;
   for (int g = 0; cost && n_threads > 1 && g < n_kv; ++g) {
     total_cost += whole.emplace_back(cost(g, n_cached[g]));
   }
-  std::vector<int64_t> cut(n_threads + 1, total);  // share s holds [cut[s], cut[s + 1])
+  cut.assign(n_threads + 1, total);  // share s holds [cut[s], cut[s + 1])
   cut[0] = 0;
   for (int s = 1; s < n_threads; ++s) {
     int64_t c = EvenCut(n_cached, base, cost, whole, total_cost, s, n_threads);
@@ -90,7 +94,8 @@ AttentionPlan PlanTokenShares(std::span<const int64_t> n_cached, int64_t n_rows,
     if (inside && c - cut[s - 1] < kAttentionMinPiece) c = cut[s - 1];
     cut[s] = std::max(c, cut[s - 1]);
   }
-  AttentionPlan plan;
+  plan.items.clear();
+  plan.share_first.clear();
   plan.n_segments.assign(n_kv, 0);
   int g = 0;
   for (int s = 0; s < n_threads; ++s) {
@@ -109,16 +114,25 @@ AttentionPlan PlanTokenShares(std::span<const int64_t> n_cached, int64_t n_rows,
     }
   }
   plan.share_first.push_back(static_cast<int64_t>(plan.items.size()));
-  return plan;
 }
 
 }  // namespace
 
+void PlanAttention(std::span<const int64_t> n_cached, int64_t n_rows, int n_threads,
+                   const HeadReadCost& cost, AttentionPlan& plan) {
+  n_threads = std::max(1, n_threads);
+  if (n_rows <= kAttentionRowBlock) {
+    PlanTokenShares(n_cached, n_rows, n_threads, cost, plan);
+  } else {
+    PlanRowBlocks(n_cached, n_rows, n_threads, plan);
+  }
+}
+
 AttentionPlan PlanAttention(std::span<const int64_t> n_cached, int64_t n_rows, int n_threads,
                             const HeadReadCost& cost) {
-  n_threads = std::max(1, n_threads);
-  if (n_rows <= kAttentionRowBlock) return PlanTokenShares(n_cached, n_rows, n_threads, cost);
-  return PlanRowBlocks(n_cached, n_rows, n_threads);
+  AttentionPlan plan;
+  PlanAttention(n_cached, n_rows, n_threads, cost, plan);
+  return plan;
 }
 
 }  // namespace kvpack

@@ -59,6 +59,9 @@ using HeadReadCost = std::function<double(int g, int64_t t)>;
 // head gets at least one item, even with no tokens.
 AttentionPlan PlanAttention(std::span<const int64_t> n_cached, int64_t n_rows, int n_threads,
                             const HeadReadCost& cost = {});
+// The same into `plan`, whose vectors keep their capacity (Attend's plan of every call).
+void PlanAttention(std::span<const int64_t> n_cached, int64_t n_rows, int n_threads,
+                   const HeadReadCost& cost, AttentionPlan& plan);
 
 }  // namespace kvpack
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -212,6 +213,41 @@ TEST(AttentionPlanTest, PromptChunksSplitRowBlocksAndLongCaches) {
   const std::vector<int64_t> n_cached = {3000, 3000, 3000};
   const AttentionPlan plan = PlanAttention(n_cached, 32, 8);
   EXPECT_EQ(plan.n_segments, (std::vector<int>{3, 3, 3}));
+}
+
+// Attend plans into one reused plan: whatever the plan held before (more items, other
+// heads, row blocks or token shares), it comes out as a fresh plan would.
+TEST(AttentionPlanTest, AReusedPlanEqualsAFreshOne) {
+  struct Case {
+    std::vector<int64_t> n_cached;
+    int64_t rows;
+    int threads;
+    bool costed;
+  };
+  const std::vector<Case> cases = {
+      {{8200, 8200, 8200}, 1, 2, false}, {{528, 528, 528}, 1, 2, true},
+      {{3000, 10, 0, 700}, 40, 3, false}, {{200, 200, 200}, 1, 2, false},
+      {{900}, 1, 4, true},                {{0, 0}, 17, 2, false},
+      {{528, 528, 528}, 1, 1, true},      {{5000, 5000}, 100, 2, false},
+  };
+  AttentionPlan reused;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(::testing::Message() << "heads " << c.n_cached.size() << " rows " << c.rows
+                                        << " threads " << c.threads);
+      const HeadReadCost cost = c.costed ? HeadReadCost(HalfThenWhole) : HeadReadCost();
+      const AttentionPlan fresh = PlanAttention(c.n_cached, c.rows, c.threads, cost);
+      PlanAttention(c.n_cached, c.rows, c.threads, cost, reused);
+      ASSERT_EQ(reused.items.size(), fresh.items.size());
+      for (size_t w = 0; w < fresh.items.size(); ++w) {
+        const AttentionWorkItem &a = reused.items[w], &b = fresh.items[w];
+        EXPECT_EQ(std::tie(a.kv_head, a.row0, a.row1, a.t0, a.t1, a.fresh),
+                  std::tie(b.kv_head, b.row0, b.row1, b.t0, b.t1, b.fresh));
+      }
+      EXPECT_EQ(reused.share_first, fresh.share_first);
+      EXPECT_EQ(reused.n_segments, fresh.n_segments);
+    }
+  }
 }
 
 }  // namespace
