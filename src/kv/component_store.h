@@ -71,8 +71,9 @@ class ComponentStore {
   // Fails only on input that CheckInput refuses, with its InvalidArgument, leaving the store
   // unchanged: values its format cannot hold. Non-finite values everywhere; beyond
   // kStoreSafeInputMax in magnitude in stores that keep fp16 values or parameters (`f16`, the
-  // quantized codecs); beyond bf16's largest finite value in `bf16`. KvCache relies on this: once both inputs of a layer
-  // passed, it may append the keys and the values at once, on two threads.
+  // quantized codecs); beyond bf16's largest finite value in `bf16`. KvCache relies on
+  // this: once both inputs of a layer passed, it may append the keys and the values at
+  // once, on two threads.
   virtual Status Append(const float* rows, int64_t n_tokens) = 0;
 
   // What Append(rows, n_tokens) would refuse, changing nothing: OK, or the InvalidArgument
