@@ -16,6 +16,7 @@
 //   (another spec list than kSpecs below)
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <random>
@@ -23,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/aligned_buffer.h"
 #include "kv/attention.h"
 #include "kv/codec_registry.h"
 #include "kv/component_store.h"
@@ -84,10 +86,13 @@ void BM_Attention(benchmark::State& state, const std::string& spec_text, Parts p
       (void)values[l]->Append(rows.data(), n);
     }
   }
-  std::vector<float> q(kGroup * kDim), out(kGroup * kDim);
-  for (auto& x : q) x = g(rng);
+  // 64-byte aligned, as attention's buffers are (kv/attention.cc).
+  AlignedBuffer<float> q(kGroup * kDim), out(kGroup * kDim);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = g(rng);
+  std::fill(out.data(), out.data() + out.size(), 0.0f);
   const int64_t tile = AttentionTileTokens(kGroup);  // as attention calls the codecs
-  std::vector<float> scores(kGroup * tile);
+  AlignedBuffer<float> scores(kGroup * tile);
+  std::fill(scores.data(), scores.data() + scores.size(), 0.0f);
   keys[0]->Scores(0, q.data(), kGroup, 0, std::min(depth, tile), scores.data());
   for (auto _ : state) {
     if (sweep) {

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/aligned_buffer.h"
 #include "kv/attention_plan.h"
 #include "ops/vec.h"
 
@@ -15,11 +16,12 @@ namespace {
 struct SoftmaxState {
   std::vector<float> m;    // running max, [n_q]
   std::vector<float> l;    // running sum of exp, [n_q]
-  std::vector<float> acc;  // unnormalised output, [n_q, head_dim]
+  AlignedBuffer<float> acc;  // unnormalised output, [n_q, head_dim] (aligned: see qbuf below)
   void Reset(int n_q, int head_dim) {
     m.assign(n_q, -std::numeric_limits<float>::infinity());
     l.assign(n_q, 0.0f);
-    acc.assign(static_cast<size_t>(n_q) * head_dim, 0.0f);
+    acc.Resize(static_cast<size_t>(n_q) * head_dim);
+    std::fill(acc.data(), acc.data() + acc.size(), 0.0f);
   }
 };
 
@@ -107,14 +109,18 @@ void Attend(const KvCache& cache, int layer, const AttentionChunk& chunk, float*
   const int64_t n_shares = static_cast<int64_t>(plan.share_first.size()) - 1;
   pool->ParallelFor(n_shares, 1, [&](int64_t share_begin, int64_t share_end, int) {
     // The executing thread's gathered queries and one tile's scores, kept between calls.
-    thread_local std::vector<float> qbuf, sbuf;
+    // 64-byte aligned, as the softmax states' outputs: the codecs' kernels read a query row,
+    // a tile's probabilities and the output in 64-byte vectors, and from a std::vector (16
+    // bytes aligned; 16, 32 or 48 past a line in a decode step, varying by run and thread)
+    // each of those loads spanned two cache lines (docs/performance-history.md, session 57).
+    thread_local AlignedBuffer<float> qbuf, sbuf;
     const int64_t begin = plan.share_first[share_begin], end = plan.share_first[share_end];
     for (int64_t w = begin; w < end; ++w) {
       const AttentionWorkItem& it = items[w];
       const int64_t n_rows = it.row1 - it.row0;
       const int n_q = static_cast<int>(n_rows) * n_rep;
       // Gather the group's queries, pre-scaled: qbuf[(r * n_rep + j), :] = q[r, g*n_rep+j, :].
-      qbuf.resize(static_cast<size_t>(n_q) * d);
+      qbuf.Resize(static_cast<size_t>(n_q) * d);
       for (int64_t r = 0; r < n_rows; ++r) {
         for (int j = 0; j < n_rep; ++j) {
           const float* src = chunk.q + ((it.row0 + r) * chunk.n_heads + it.kv_head * n_rep + j) * d;
@@ -127,7 +133,7 @@ void Attend(const KvCache& cache, int layer, const AttentionChunk& chunk, float*
       const int64_t tile = AttentionTileTokens(n_q);
       for (int64_t t0 = it.t0; t0 < it.t1; t0 += tile) {
         const int64_t t1 = std::min(it.t1, t0 + tile), n = t1 - t0;
-        sbuf.resize(static_cast<size_t>(n_q) * n);
+        sbuf.Resize(static_cast<size_t>(n_q) * n);
         // Each call's first lines are asked for one call ahead (ComponentStore::Prefetch):
         // the tile's values while its keys are scored, the next keys (the next tile, or this
         // thread's next item) while the values are read. A short cache is a call or two per
@@ -150,7 +156,7 @@ void Attend(const KvCache& cache, int layer, const AttentionChunk& chunk, float*
       const int64_t n = it.row1;
       const float* kg = &fresh_k[it.kv_head * head_block];
       const float* vg = &fresh_v[it.kv_head * head_block];
-      sbuf.resize(static_cast<size_t>(n_q) * n);
+      sbuf.Resize(static_cast<size_t>(n_q) * n);
       for (int64_t r = 0; r < n_rows; ++r) {
         const int64_t visible = it.row0 + r + 1;
         float* s_r = &sbuf[r * n_rep * n];
