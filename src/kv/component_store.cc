@@ -33,7 +33,7 @@ Status CheckRetainIndices(std::span<const int64_t> keep, int64_t n_tokens) {
 }
 
 Status CheckStoreInput(const float* x, int64_t n, const StoreShape& shape, float limit,
-                       const std::string& range) {
+                       const char* range) {
   // One vector pass (NaN and +-inf fail the comparison); the message's search only when
   // something failed.
   if (!AnyAbsAbove(x, static_cast<size_t>(std::max<int64_t>(n, 0)), limit)) return Status::Ok();

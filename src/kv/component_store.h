@@ -135,8 +135,9 @@ Status CheckRetainIndices(std::span<const int64_t> keep, int64_t n_tokens);
 // magnitude than `limit`, else InvalidArgument naming the component and the layer of `shape`
 // ("non-finite value in the keys of layer 3", or "value 70000.000000 in the values of layer
 // 3 exceeds <range>").
+// `range` is a literal: every append passes here, so no string is built unless it fails.
 Status CheckStoreInput(const float* x, int64_t n, const StoreShape& shape, float limit,
-                       const std::string& range);
+                       const char* range);
 
 }  // namespace kvpack
 
