@@ -89,10 +89,10 @@ void BM_Attention(benchmark::State& state, const std::string& spec_text, Parts p
   // 64-byte aligned, as attention's buffers are (kv/attention.cc).
   AlignedBuffer<float> q(kGroup * kDim), out(kGroup * kDim);
   for (size_t i = 0; i < q.size(); ++i) q[i] = g(rng);
-  std::fill(out.data(), out.data() + out.size(), 0.0f);
+  out.Zero();
   const int64_t tile = AttentionTileTokens(kGroup);  // as attention calls the codecs
   AlignedBuffer<float> scores(kGroup * tile);
-  std::fill(scores.data(), scores.data() + scores.size(), 0.0f);
+  scores.Zero();
   keys[0]->Scores(0, q.data(), kGroup, 0, std::min(depth, tile), scores.data());
   for (auto _ : state) {
     if (sweep) {

@@ -21,7 +21,7 @@ struct SoftmaxState {
     m.assign(n_q, -std::numeric_limits<float>::infinity());
     l.assign(n_q, 0.0f);
     acc.Resize(static_cast<size_t>(n_q) * head_dim);
-    std::fill(acc.data(), acc.data() + acc.size(), 0.0f);
+    acc.Zero();
   }
 };
 
