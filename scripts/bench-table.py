@@ -7,7 +7,8 @@ with `f16` first and last in its --kv list, as the README's command has it).
 Per thread count, one Markdown table: per spec, its bits per value at the deepest depth, and per
 depth the median and range over the runs of its decode speed against the mean of that run's
 first and last `f16` figures (the bench's own column compares with the first only); the last
-column lists each run's tok/s at the deepest depth. Refuses files without the bench's table.
+column lists each run's tok/s at the deepest depth. Reads only the bench's speed table (a
+`--breakdown` run's second table is left out); refuses files without it.
 """
 import statistics
 import sys
@@ -16,10 +17,15 @@ import sys
 def parse(path):
     """[(kv, threads, depth, bits, tok/s)] in the file's order."""
     rows = []
+    in_speed_table = False  # `--breakdown` prints a second table with the same first columns
     with open(path, encoding="utf-8") as f:
         for line in f:
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if len(cells) < 8 or cells[0] in ("kv", "") or cells[0].startswith("---"):
+            if cells[0] == "kv":
+                in_speed_table = len(cells) > 6 and cells[6] == "decode tok/s"
+                continue
+            if (not in_speed_table or len(cells) < 8 or cells[0] == "" or
+                    cells[0].startswith("---")):
                 continue
             try:
                 rows.append((cells[0], int(cells[1]), int(cells[2]), float(cells[3]),
